@@ -1,0 +1,36 @@
+# Two entry points do all set-up from a fresh clone: `make demo` (the main job) and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev]'
+	touch $(STAMP)
+
+.PHONY: venv demo test test-unit test-integration test-slow bench lock
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m sweeps demo
+
+test: $(STAMP)
+	$(BIN)/python -m tests.tiers
+
+test-unit: $(STAMP)
+	$(BIN)/python -m tests.tiers unit
+
+test-integration: $(STAMP)
+	$(BIN)/python -m tests.tiers integration
+
+test-slow: $(STAMP)
+	$(BIN)/python -m tests.tiers slow
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/step_time.py
+
+# Re-resolve the full dependency set (run after changing pyproject.toml's pins).
+lock: $(STAMP)
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^ssat-sweeps' > requirements.lock

@@ -1,0 +1,19 @@
+"""Ablation and sensitivity tables, figures and exports from tracked SSAT-MBI sweeps.
+
+Reads runs through the MLflow client, or a Ray Tune results folder when no store is at hand, into pandas
+(`analysis.collect`; the run contract is docs/tracking.md). Needs pandas, the MLflow client, matplotlib
+and scipy; never torch or Ray.
+
+Command lines:
+    python -m analysis.export --experiment NAME [--format csv|parquet] [--out DIR]
+    python -m analysis.tables --experiment NAME [--experiment OTHER ...] --table T
+                              [--format md|latex|csv] [--out FILE] [--compare-paper] [--allow-subset]
+        T: main, ablation, schedules, awr-ablation, supervised, beta-sensitivity, rho-sensitivity,
+           training-time
+    python -m analysis.plots  --experiment NAME --figure beta|rho|pareto|curves|alpha [--out FILE.png]
+Each also takes --ray-results DIR (instead of or beside --experiment) and --tracking-uri URI.
+
+From Python: `analysis.collect.load_runs` / `load_history`, `analysis.tables.render_table(df_runs, table,
+fmt)`, `analysis.tables.write_table(df_runs, table, folder)`, `analysis.plots.plot_figure(df_runs,
+df_hist, figure, out_png)`. Modules: collect, protocol, specs, cells, render, tables, plots, export, paper.
+"""

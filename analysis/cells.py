@@ -1,0 +1,380 @@
+"""Table cells from runs: which runs a table reads, one value per (run, column), and the cell statistics.
+
+Pipeline (each step one function, each testable on a hand-built frame):
+    select_runs  -> the table's runs with their row and column group
+    run_values   -> one protocol-checked value per (run, column), plus what was left out and why
+    summarize    -> per cell: mean, sample std (ddof=1), n, expected seeds, run ids
+    mark         -> emphasis (bold / underline), missing-seed mark, Welch's t-test against the baseline
+`build` chains them into a `TableResult` that `analysis.render` prints and `analysis.tables` writes.
+
+Rules, stated once:
+* A table reads finished ``trial`` runs (and ``teacher`` runs for FixMatch) whose ``ssat.table`` tag
+  names it (training-time reads the ``main`` runs); ``any_tag`` widens this to every run whose params fit
+  the table. Stage ``search`` (short ASHA runs) is left out unless ``stages`` names it.
+* One run gives a cell one value; two runs of the same configuration and seed: the later one counts.
+* Ranking compares means rounded as printed; ties share the emphasis. Unranked rows are never emphasised.
+* Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``) of a row against its block's baseline row;
+  p >= alpha, or fewer than two seeds on either side (p undefined), marks the difference not significant.
+"""
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from . import paper, protocol
+from .specs import Spec, dataset_of, is_teacher, param, value
+
+MARKS = {"missing": "†", "not_significant": "‡", "subset": "§"}
+
+
+class TableError(ValueError):
+    """A table that cannot be built from the runs given (with what was found instead)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything besides the runs that decides a table's content (recorded in its provenance)."""
+
+    checkpoint: str = "best"
+    precision: str = "fp32"
+    allow_subset: bool = False
+    stages: tuple[str, ...] | None = None   # None: every stage but 'search'
+    any_tag: bool = False
+    alpha: float = 0.05
+    compare_paper: bool = False
+
+    def protocol(self) -> protocol.Protocol:
+        return protocol.Protocol(checkpoint=self.checkpoint, precision=self.precision,
+                                 allow_subset=self.allow_subset)
+
+
+@dataclass
+class TableResult:
+    spec: Spec
+    options: Options
+    groups: list[str]
+    blocks: list[tuple[str, ...]]
+    columns: list                       # the spec's Columns that are shown
+    cells: pd.DataFrame                 # one line per (group, row, column)
+    excluded: pd.DataFrame              # run_id, group, row, column, reason
+    notes: list[str] = field(default_factory=list)
+
+
+# ---- selection -------------------------------------------------------------------------------
+def _stage_ok(run: dict, opts: Options) -> bool:
+    stage = value(run, "meta.stage")
+    if is_teacher(run) or stage is None:
+        return True
+    return stage in opts.stages if opts.stages is not None else stage != "search"
+
+
+def _reads(run: dict, spec: Spec, opts: Options) -> bool:
+    kind = value(run, "meta.kind") or "trial"
+    if kind not in ("trial", "teacher") or not _stage_ok(run, opts):
+        return False
+    wanted = "main" if spec.name == "training-time" else spec.name
+    return opts.any_tag or value(run, "meta.table") == wanted
+
+
+def select_runs(runs: pd.DataFrame, spec: Spec, opts: Options) -> pd.DataFrame:
+    """The table's runs (any status) with columns ``row`` and ``group`` added."""
+    records = []
+    for run in runs.to_dict("records"):
+        if not _reads(run, spec, opts):
+            continue
+        row, group = spec.row_of(run), spec.group_of(run)
+        if row is not None and group is not None:
+            records.append({**run, "row": row, "group": group})
+    sel = pd.DataFrame.from_records(records, columns=list(runs.columns) + ["row", "group"])
+    return _attach_teachers(sel)
+
+
+def _attach_teachers(sel: pd.DataFrame) -> pd.DataFrame:
+    """A teacher whose group names no trial group joins the one trial group of its dataset."""
+    if sel.empty or "meta.kind" not in sel:
+        return sel
+    teacher = sel["meta.kind"] == "teacher"
+    trial_groups = set(sel.loc[~teacher, "group"])
+    for i in sel.index[teacher]:
+        if sel.at[i, "group"] in trial_groups:
+            continue
+        ds = dataset_of(sel.loc[i].to_dict())
+        same = [g for g in trial_groups if g.split("/")[0] == ds]
+        if len(same) == 1:
+            sel.at[i, "group"] = same[0]
+    return sel
+
+
+def _no_runs_message(runs: pd.DataFrame, spec: Spec, opts: Options) -> str:
+    tags = sorted({str(t) for t in runs.get("meta.table", pd.Series(dtype=object)).dropna()})
+    wanted = "main" if spec.name == "training-time" else spec.name
+    how = "" if opts.any_tag else f" tagged ssat.table={wanted} (tags seen: {', '.join(tags) or 'none'}; " \
+                                  "--any-tag keys rows on the params of every run)"
+    stages = "every stage but 'search'" if opts.stages is None else ", ".join(opts.stages)
+    return (f"table {spec.name!r}: none of the {len(runs)} runs is a finished run of this table{how}, "
+            f"stages: {stages}")
+
+
+# ---- one value per (run, column) -------------------------------------------------------------
+def _acc_value(run: dict, col, opts: Options) -> tuple[float | None, str | None, str | None]:
+    """(value, why it is left out or None, the test subset's name or None for the full set)."""
+    ckpt = "teacher" if is_teacher(run) else opts.checkpoint
+    v = value(run, f"metric.test/{ckpt}/{col.key}")
+    if v is None:
+        return None, f"no test/{ckpt}/{col.key} metric", None
+    rec = protocol.parse_record(value(run, f"protocol.{ckpt}/{col.key}"))
+    reason = protocol.mismatch(rec, col.key, dataset_of(run), ckpt, opts.protocol())
+    return float(v), reason, (rec.get("subset") if protocol.is_subset(rec) else None)
+
+
+def _time_value(run: dict, col, opts: Options) -> tuple[float | None, str | None, str | None]:
+    """Training time: only runs trained in the table's precision are comparable."""
+    hours = value(run, "metric.time/total_hours")
+    epochs = value(run, "metric.time/epochs") or param(run, "epochs")
+    if hours is None or epochs is None:
+        return None, "no time/total_hours or time/epochs metric", None
+    precision = param(run, "precision")
+    reason = None if precision == opts.precision else f"training precision {precision!r}, table needs {opts.precision!r}"
+    v = {"epochs": float(epochs), "hours": float(hours), "min_per_epoch": 60.0 * float(hours) / float(epochs)}
+    return v[col.key], reason, None
+
+
+def _seed(run: dict):
+    s = value(run, "meta.seed")
+    return s if s is not None else param(run, "seed")
+
+
+def run_values(sel: pd.DataFrame, spec: Spec, opts: Options) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(values, excluded): a value per (run, column) that passes the protocol, and each one left out."""
+    kept, dropped = [], []
+    for run in sel.to_dict("records"):
+        where = {"run_id": run["run_id"], "group": run["group"], "row": run["row"]}
+        status = value(run, "meta.status")
+        for col in spec.columns:
+            if status != "FINISHED":
+                dropped.append({**where, "column": col.key, "reason": f"status {status}"})
+                continue
+            v, reason, subset = (_time_value if col.kind == "time" else _acc_value)(run, col, opts)
+            if v is None or reason:
+                dropped.append({**where, "column": col.key, "reason": reason})
+                continue
+            kept.append({**where, "column": col.key, "value": v, "subset": subset,
+                         "experiment": run.get("experiment"), "seed": _seed(run),
+                         "config_hash": value(run, "meta.config_hash"),
+                         "expected_seeds": value(run, "meta.expected_seeds"),
+                         "teacher": is_teacher(run), "start_time": value(run, "start_time")})
+    values = pd.DataFrame(kept, columns=["run_id", "group", "row", "column", "value", "subset", "experiment",
+                                         "seed", "config_hash", "expected_seeds", "teacher", "start_time"])
+    values, dups = _dedupe(values)
+    excluded = pd.DataFrame(dropped + dups, columns=["run_id", "group", "row", "column", "reason"])
+    return values, excluded
+
+
+def _dedupe(values: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
+    """Keep one run per (cell, configuration, seed): the one that started last."""
+    if values.empty:
+        return values, []
+    key = ["group", "row", "column", "config_hash", "seed"]
+    order = values.assign(_t=values["start_time"].astype(float).fillna(-math.inf)).sort_values("_t", kind="stable")
+    dup = order.duplicated(key, keep="last")
+    latest = order[~dup].set_index(key)["run_id"]
+    dropped = [{"run_id": r.run_id, "group": r.group, "row": r.row, "column": r.column,
+                "reason": f"same configuration and seed as run {latest.loc[tuple(getattr(r, k) for k in key)]}"}
+               for r in order[dup].itertuples()]
+    return order[~dup].drop(columns="_t").sort_index(), dropped
+
+
+# ---- layout ----------------------------------------------------------------------------------
+def _natural(label: str) -> tuple:
+    parts = re.split(r"(-?\d+(?:\.\d+)?)", label)
+    return tuple((0, float(p), "") if re.fullmatch(r"-?\d+(?:\.\d+)?", p) else (1, 0.0, p) for p in parts if p)
+
+
+def layout(spec: Spec, values: pd.DataFrame, sel: pd.DataFrame) -> tuple[list[str], list[tuple], list]:
+    """(groups, blocks, baselines): the paper's rows and groups first, then those found only in runs."""
+    found_rows = list(dict.fromkeys(sel["row"]))
+    known = {r for b in spec.blocks for r in b}
+    extra = tuple(sorted((r for r in found_rows if r not in known), key=_natural))
+    blocks, baselines = [tuple(b) for b in spec.blocks], list(spec.baselines)
+    if not blocks:
+        blocks, baselines = [extra], [spec.extra_rows_baseline]
+    elif extra:
+        blocks[-1] = blocks[-1] + extra
+    order = {paper.group_key(g): i for i, g in enumerate(paper.paper_groups(spec.name))}
+    groups = sorted(dict.fromkeys(sel["group"]), key=lambda g: (order.get(paper.group_key(g), len(order)),
+                                                                  _natural(g)))
+    return groups, blocks, baselines
+
+
+# ---- statistics ------------------------------------------------------------------------------
+def summarize(values: pd.DataFrame, spec: Spec, groups, blocks, opts: Options) -> pd.DataFrame:
+    """Every displayed cell: mean, std (ddof=1), n, expected seeds, and the runs behind it."""
+    by_cell = {k: g for k, g in values.groupby(["group", "row", "column"], sort=False)}
+    none = values.iloc[0:0]
+    lines = []
+    for group in groups:
+        for b, block in enumerate(blocks):
+            for row in block:
+                for col in spec.columns:
+                    lines.append(_cell(by_cell.get((group, row, col.key), none), spec, group, b, row, col, opts))
+    return pd.DataFrame(lines)
+
+
+def _cell(vals: pd.DataFrame, spec: Spec, group: str, block: int, row: str, col, opts: Options) -> dict:
+    vals = vals.sort_values("seed", kind="stable")
+    data = [float(x) for x in vals["value"]]
+    n = len(data)
+    cell = {"group": group, "block": block, "row": row, "column": col.key, "n": n,
+            "mean": float(np.mean(data)) if n else math.nan,
+            "std": float(np.std(data, ddof=1)) if n >= 2 else math.nan,
+            "expected_seeds": _expected(vals, spec) if n else math.nan,
+            "values": data, "run_ids": list(vals["run_id"]),
+            "seeds": [None if pd.isna(s) else int(s) for s in vals["seed"]],
+            "experiments": sorted(set(vals["experiment"])),
+            "config_hashes": sorted({str(h) for h in vals["config_hash"].dropna()}),
+            "subset": bool(vals["subset"].notna().any())}
+    if opts.compare_paper:
+        pv = paper.paper_value(spec.name, group, row, col.key)
+        cell["paper_mean"], cell["paper_std"] = pv if pv else (math.nan, math.nan)
+    return cell
+
+
+def _expected(v: pd.DataFrame, spec: Spec) -> int:
+    asked = pd.to_numeric(v["expected_seeds"], errors="coerce").dropna()
+    if not asked.empty:
+        return int(asked.max())
+    return 1 if v["teacher"].all() else spec.default_seeds
+
+
+def welch_p(a, b) -> float:
+    """Two-sided p of Welch's t-test; NaN when either side has fewer than two values."""
+    if len(a) < 2 or len(b) < 2:
+        return math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def mark(cells: pd.DataFrame, spec: Spec, blocks, baselines, opts: Options) -> pd.DataFrame:
+    """Add bold / underline / missing_seeds / p_value / not_significant to the summarized cells."""
+    cells = cells.copy()
+    cells["bold"] = False
+    cells["underline"] = False
+    cells["missing_seeds"] = (cells["n"] > 0) & (cells["n"] < cells["expected_seeds"])
+    cells["p_value"] = math.nan
+    cells["not_significant"] = False
+    decimals = {c.key: c.decimals for c in spec.columns}
+    for (_, b, col), part in cells.groupby(["group", "block", "column"], sort=False):
+        _rank(cells, part, spec, decimals[col])
+        _test(cells, part, spec, baselines[b], opts.alpha)
+    return cells
+
+
+def _rank(cells: pd.DataFrame, part: pd.DataFrame, spec: Spec, decimals: int) -> None:
+    if spec.emphasis == "none":
+        return
+    ranked = part[(part["n"] > 0) & ~part["row"].isin(spec.unranked)]
+    shown = ranked["mean"].round(decimals)
+    levels = sorted(set(shown), reverse=True)
+    if levels:
+        cells.loc[shown.index[shown == levels[0]], "bold"] = True
+    if spec.emphasis == "bold+underline" and len(levels) > 1:
+        cells.loc[shown.index[shown == levels[1]], "underline"] = True
+
+
+def _test(cells: pd.DataFrame, part: pd.DataFrame, spec: Spec, baseline: str | None, alpha: float) -> None:
+    base = part[(part["row"] == baseline) & (part["n"] > 0)]
+    if base.empty:
+        return
+    ref = base["values"].iloc[0]
+    for i, line in part.iterrows():
+        if line["row"] == baseline or line["n"] == 0 or line["row"] in spec.unranked:
+            continue
+        p = welch_p(line["values"], ref)
+        cells.at[i, "p_value"] = p
+        cells.at[i, "not_significant"] = not (p < alpha)
+
+
+# ---- notes -----------------------------------------------------------------------------------
+def _drop_empty_columns(spec: Spec, cells: pd.DataFrame, excluded: pd.DataFrame, opts: Options):
+    """Columns no run fills (and the paper does not either, when compared) are left out, with a note."""
+    keep, notes = [], []
+    for col in spec.columns:
+        mine = cells[cells["column"] == col.key]
+        has_paper = opts.compare_paper and mine["paper_mean"].notna().any()
+        if (mine["n"] > 0).any() or has_paper:
+            keep.append(col)
+            continue
+        why = excluded.loc[excluded["column"] == col.key, "reason"].value_counts()
+        detail = "; ".join(f"{n} x {r}" for r, n in why.items()) or "no run reports it"
+        notes.append(f"{col.label} left out: no result matches the table's protocol ({detail}).")
+    return keep, notes
+
+
+def _notes(spec: Spec, cells: pd.DataFrame, values: pd.DataFrame, opts: Options) -> list[str]:
+    p = opts.protocol()
+    notes = [f"Cells: mean over seeds (sample standard deviation, ddof=1). Protocol: checkpoint {p.checkpoint} "
+             f"(FixMatch: teacher), {p.precision}, eps 8/255 (MNIST: 0.3), L-inf, PGD step eps/10, "
+             f"{p.restarts} restart, full test set{' (or a labelled subset)' if p.allow_subset else ''}."]
+    if cells["missing_seeds"].any():
+        notes.append(f"{MARKS['missing']} fewer seeds than the sweep asked for.")
+    if cells["not_significant"].any():
+        notes.append(f"{MARKS['not_significant']} difference to the baseline row not significant (Welch's "
+                     f"t-test, p >= {opts.alpha:g}, or fewer than two seeds).")
+    if cells["subset"].any():
+        names = ", ".join(sorted(set(values["subset"].dropna())))
+        notes.append(f"{MARKS['subset']} includes results on a test subset ({names}): not the paper's protocol.")
+    mixed = cells[cells["config_hashes"].map(len) > 1]
+    for line in mixed.drop_duplicates(["group", "row"]).itertuples():
+        notes.append(f"Cell {line.group} / {line.row} mixes {len(line.config_hashes)} configurations "
+                     f"({', '.join(line.config_hashes)}).")
+    return notes
+
+
+def _detail_note(spec: Spec, sel: pd.DataFrame, values: pd.DataFrame) -> list[str]:
+    """What the short row labels (Lin., Cur.) stand for in these runs, next to the paper's meaning."""
+    if spec.detail_of is None:
+        return []
+    used = sel[sel["run_id"].isin(values["run_id"])]
+    found = {}
+    for run in used.to_dict("records"):
+        glo = run["row"].split("|")[0]
+        if glo != "none":
+            found.setdefault(glo, set()).add(spec.detail_of(run))
+    if not found:
+        return []
+    ours = ", ".join(f"{glo} = {' / '.join(sorted(map(str, d)))}" for glo, d in sorted(found.items()))
+    return [f"Glo. in these runs: {ours} (paper: {spec.paper_detail})."]
+
+
+def _paper_notes(spec: Spec, sel: pd.DataFrame) -> list[str]:
+    epochs = sorted({int(e) for e in sel.get("param.epochs", pd.Series(dtype=float)).dropna()})
+    found = f" Our runs: {', '.join(map(str, epochs))} epochs." if epochs else ""
+    return [f"Paper values from {spec.paper} of the SSAT-MBI paper (CVPR 2025); '—' where it has none.",
+            *paper.PROTOCOL_DIFFERENCES,
+            "Training length: the paper trains 100 epochs (120 or 200 for the AWR variants)." + found]
+
+
+# ---- all together ----------------------------------------------------------------------------
+def build(runs: pd.DataFrame, spec: Spec, opts: Options = Options()) -> TableResult:
+    """The whole table: cells with statistics and marks, what was left out, and the notes."""
+    sel = select_runs(runs, spec, opts)
+    values, excluded = run_values(sel, spec, opts)
+    if values.empty:
+        reasons = excluded["reason"].value_counts().head(5)
+        extra = "; left out: " + "; ".join(f"{n} x {r}" for r, n in reasons.items()) if len(reasons) else ""
+        raise TableError(_no_runs_message(runs, spec, opts) + extra)
+    groups, blocks, baselines = layout(spec, values, sel[sel["run_id"].isin(values["run_id"])])
+    cells = mark(summarize(values, spec, groups, blocks, opts), spec, blocks, baselines, opts)
+    columns, dropped_notes = _drop_empty_columns(spec, cells, excluded, opts)
+    cells = cells[cells["column"].isin([c.key for c in columns])].reset_index(drop=True)
+    notes = _notes(spec, cells, values, opts) + _detail_note(spec, sel, values) + dropped_notes
+    if opts.compare_paper:
+        notes += _paper_notes(spec, sel)
+    return TableResult(spec, opts, groups, blocks, columns, cells, excluded, notes)

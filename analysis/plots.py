@@ -1,0 +1,231 @@
+"""Figures from tracked runs, as PNG files of a fixed size.
+
+    python -m analysis.plots --experiment NAME --figure beta|rho|pareto|curves|alpha [--out FILE.png]
+        [--allow-subset] [--any-tag] [--stage S ...] [--ray-results DIR ...] [--tracking-uri URI]
+
+beta    Fig. 4: clean, PGD-20 and AutoAttack accuracy against beta, error bars = std over seeds
+        (the cells of the ``beta-sensitivity`` table, so the same runs and protocol as the table).
+rho     Fig. 5: the same against the initial rho, one series per setting (beta 0.4 / 1 x Const / Curious).
+pareto  the clean-versus-robust front of a search: every trial (validation metrics, never the test set,
+        since a search selects on them) and the non-dominated ones joined.
+curves  learning curves, mean +- std over seeds per configuration, with eps_max, rho and lr under them.
+alpha   the distribution of alpha_hat per epoch: the shares at 2^-K and at 1 and between, and its mean.
+
+Figures are drawn with the object API of matplotlib (no pyplot, no global backend), so importing this
+module changes nothing for its caller. `build_figure` returns the figure for inspection.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from . import collect
+from .specs import value
+from .tables import build_table
+
+FIGURES = ("beta", "rho", "pareto", "curves", "alpha")
+SIZES = {"beta": (12, 4), "rho": (12, 4), "pareto": (6, 5), "curves": (9, 9), "alpha": (12, 4)}
+DPI = 100
+MAX_CONFIGS = 8
+
+
+def _figure(name: str) -> Figure:
+    return Figure(figsize=SIZES[name], dpi=DPI, layout="constrained")
+
+
+# ---- Figs. 4 and 5 ---------------------------------------------------------------------------
+def _sweep(df_runs: pd.DataFrame, table: str, title: str, xlabel: str, **options) -> Figure:
+    """One panel per metric; one error-bar series per column group of the sensitivity table."""
+    result = build_table(df_runs, table, **options)
+    fig = _figure("beta" if table.startswith("beta") else "rho")
+    axes = fig.subplots(1, len(result.columns), squeeze=False)[0]
+    cells = result.cells[result.cells["n"] > 0].copy()
+    cells["x"] = cells["row"].str.split("=", n=1).str[1].astype(float)
+    for ax, col in zip(axes, result.columns):
+        for group in result.groups:
+            part = cells[(cells["group"] == group) & (cells["column"] == col.key)].sort_values("x")
+            ax.errorbar(part["x"], part["mean"], yerr=part["std"].fillna(0.0), marker="o", capsize=3,
+                        label=group)
+        ax.set(title=col.label, xlabel=xlabel, ylabel="accuracy (%)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.suptitle(title)
+    return fig
+
+
+def beta_figure(df_runs: pd.DataFrame, **options) -> Figure:
+    """Fig. 4: metrics against beta."""
+    return _sweep(df_runs, "beta-sensitivity", "SSAT-MBI with varying beta (Fig. 4)", "beta", **options)
+
+
+def rho_figure(df_runs: pd.DataFrame, **options) -> Figure:
+    """Fig. 5: metrics against the initial rho, four settings."""
+    return _sweep(df_runs, "rho-sensitivity", "SSAT-MBI with varying rho (Fig. 5)", "initial rho", **options)
+
+
+# ---- Pareto front ----------------------------------------------------------------------------
+def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """True for points no other point beats on both x and y (both maximised)."""
+    order = np.lexsort((-y, -x))
+    mask = np.zeros(len(x), dtype=bool)
+    best_y = -np.inf
+    for i in order:
+        if y[i] > best_y:
+            mask[i], best_y = True, y[i]
+    return mask
+
+
+def pareto_figure(df_runs: pd.DataFrame, x: str = "val/clean", y: str = "val/pgd10",
+                  stages: tuple[str, ...] | None = None, **_) -> Figure:
+    """Clean versus robust accuracy of every trial of a search, the non-dominated ones joined."""
+    runs = _trials(df_runs, stages)
+    cols = [f"metric.{x}", f"metric.{y}"]
+    missing = [c for c in cols if c not in runs]
+    if missing:
+        raise ValueError(f"pareto: no run has {', '.join(c[7:] for c in missing)}")
+    pts = runs[cols].dropna().to_numpy(dtype=float)
+    if not len(pts):
+        raise ValueError(f"pareto: no trial has both {x} and {y}")
+    front = pts[pareto_mask(pts[:, 0], pts[:, 1])]
+    front = front[np.argsort(front[:, 0])]
+    fig = _figure("pareto")
+    ax = fig.subplots()
+    ax.scatter(pts[:, 0], pts[:, 1], s=18, alpha=0.6, label=f"trials ({len(pts)})")
+    ax.plot(front[:, 0], front[:, 1], "-o", color="C3", label=f"Pareto front ({len(front)})")
+    ax.set(xlabel=f"{x} (%)", ylabel=f"{y} (%)", title="Clean versus robust accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def _trials(df_runs: pd.DataFrame, stages=None) -> pd.DataFrame:
+    kind = df_runs.get("meta.kind", pd.Series("trial", index=df_runs.index)).fillna("trial")
+    runs = df_runs[kind == "trial"]
+    if stages:
+        runs = runs[runs["meta.stage"].isin(list(stages))]
+    return runs
+
+
+# ---- learning curves and alpha ---------------------------------------------------------------
+def config_labels(runs: pd.DataFrame) -> pd.Series:
+    """A readable name per configuration: the row tag (+ sweep) when there is one, else the config hash."""
+    def label(run: dict) -> str:
+        row, cfg = value(run, "meta.row"), value(run, "meta.config_hash")
+        return str(row) if row else (str(cfg) if cfg else str(run["run_id"]))
+    return pd.Series([label(r) for r in runs.to_dict("records")], index=runs.index)
+
+
+def _seed_stats(hist: pd.DataFrame, run_ids, key: str) -> pd.DataFrame:
+    """Per epoch: mean and std (ddof=1) over the runs of one configuration."""
+    h = hist[(hist["key"] == key) & hist["run_id"].isin(run_ids)]
+    wide = h.pivot_table(index="step", columns="run_id", values="value", aggfunc="last")
+    return pd.DataFrame({"mean": wide.mean(axis=1), "std": wide.std(axis=1, ddof=1).fillna(0.0)})
+
+
+def _configs(df_runs: pd.DataFrame, df_hist: pd.DataFrame, key: str, stages=None) -> dict[str, list]:
+    """label -> run ids, for trial runs that have history of `key` (at most MAX_CONFIGS, most seeds first)."""
+    runs = _trials(df_runs, stages)
+    runs = runs[runs["run_id"].isin(df_hist.loc[df_hist["key"] == key, "run_id"])]
+    if runs.empty:
+        raise ValueError(f"no trial run has a per-epoch history of {key}")
+    groups = runs.groupby(config_labels(runs))["run_id"].apply(list)
+    groups = groups.loc[sorted(groups.index, key=lambda g: (-len(groups[g]), g))]
+    return dict(list(groups.items())[:MAX_CONFIGS])
+
+
+def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_) -> Figure:
+    """val/clean and val/pgd10 per epoch (mean +- std over seeds); eps_max, rho and lr below."""
+    configs = _configs(df_runs, df_hist, "val/pgd10", stages)
+    fig = _figure("curves")
+    axes = fig.subplots(4, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1, 1, 1]})
+    for i, (label, ids) in enumerate(configs.items()):
+        for key, style in (("val/clean", "--"), ("val/pgd10", "-")):
+            s = _seed_stats(df_hist, ids, key)
+            axes[0].plot(s.index, s["mean"], style, color=f"C{i}", label=f"{label} {key}")
+            axes[0].fill_between(s.index, s["mean"] - s["std"], s["mean"] + s["std"], color=f"C{i}", alpha=0.15)
+        for ax, key in zip(axes[1:], ("sched/eps_max", "sched/rho", "sched/lr")):
+            s = _seed_stats(df_hist, ids, key)
+            ax.plot(s.index, s["mean"], color=f"C{i}")
+            ax.set_ylabel(key.split("/")[1])
+    axes[0].set(ylabel="validation accuracy (%)", title="Learning curves (mean +- std over seeds)")
+    axes[0].legend(fontsize="x-small", ncol=2)
+    axes[-1].set_xlabel("epoch")
+    return fig
+
+
+def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_) -> Figure:
+    """Per configuration: shares of alpha_hat at 2^-K, between, and at 1 per epoch, and its mean."""
+    configs = dict(list(_configs(df_runs, df_hist, "adv/alpha_mean", stages).items())[:4])
+    fig = _figure("alpha")
+    axes = fig.subplots(1, len(configs), squeeze=False, sharey=True)[0]
+    for ax, (label, ids) in zip(axes, configs.items()):
+        low, one = (_seed_stats(df_hist, ids, k)["mean"] for k in ("adv/alpha_min_share", "adv/alpha_one_share"))
+        mean = _seed_stats(df_hist, ids, "adv/alpha_mean")["mean"]
+        steps = low.index.intersection(one.index)
+        low, one = low.loc[steps], one.loc[steps]
+        ax.stackplot(steps, low, (1 - low - one).clip(lower=0), one,
+                     labels=["alpha = 2^-K", "between", "alpha = 1"], alpha=0.7)
+        ax.plot(mean.index, mean, "k-", label="mean alpha")
+        ax.set(title=label, xlabel="epoch", ylim=(0, 1))
+    axes[0].set_ylabel("share of samples / mean alpha")
+    axes[0].legend(fontsize="x-small", loc="lower left")
+    return fig
+
+
+# ---- entry points ----------------------------------------------------------------------------
+def build_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame | None, figure: str, **options) -> Figure:
+    """The matplotlib Figure of `figure` (one of FIGURES); `options` go to the table or the selection."""
+    if figure not in FIGURES:
+        raise ValueError(f"unknown figure {figure!r}; valid figures: {', '.join(FIGURES)}")
+    if figure == "beta":
+        return beta_figure(df_runs, **options)
+    if figure == "rho":
+        return rho_figure(df_runs, **options)
+    if figure == "pareto":
+        return pareto_figure(df_runs, **options)
+    if df_hist is None:
+        raise ValueError(f"figure {figure!r} needs the per-epoch history (df_hist)")
+    return (curves_figure if figure == "curves" else alpha_figure)(df_runs, df_hist, **options)
+
+
+def plot_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame | None, figure: str, out_png, **options) -> Path:
+    """Draw `figure` to the PNG `out_png` (size SIZES[figure] inches at DPI) and return its path."""
+    fig = build_figure(df_runs, df_hist, figure, **options)
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=DPI)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis.plots", description=__doc__.split("\n\n")[0])
+    collect.add_source_args(p)
+    p.add_argument("--figure", required=True, help=f"one of: {', '.join(FIGURES)}")
+    p.add_argument("--out", help="PNG path (default: <figure>.png)")
+    p.add_argument("--allow-subset", action="store_true", help="beta/rho: admit test-subset results")
+    p.add_argument("--any-tag", action="store_true", help="beta/rho: every run whose params fit the table")
+    p.add_argument("--stage", action="append", default=None, help="only these stages (repeatable)")
+    args = p.parse_args(argv)
+    try:
+        if args.figure not in FIGURES:
+            raise ValueError(f"unknown figure {args.figure!r}; valid figures: {', '.join(FIGURES)}")
+        runs = collect.load_runs(args.experiment, args.ray_results, args.tracking_uri)
+        hist = collect.load_history(runs, args.ray_results, args.tracking_uri) \
+            if args.figure in ("curves", "alpha") else None
+        opts = ({"allow_subset": args.allow_subset, "any_tag": args.any_tag, "stages": args.stage}
+                if args.figure in ("beta", "rho") else {"stages": args.stage})
+        out = plot_figure(runs, hist, args.figure, args.out or f"{args.figure}.png", **opts)
+    except (ValueError, LookupError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

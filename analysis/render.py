@@ -1,0 +1,172 @@
+"""A built table (`analysis.cells.TableResult`) as Markdown, LaTeX or CSV.
+
+md and latex keep the paper's layout: column groups stacked as blocks (as Table 1 stacks CIFAR-10, SVHN,
+CIFAR-100), the paper's rows in its order with a rule between method blocks, each cell
+``mean (std)`` with the emphasis of that paper table, followed by the marks of `analysis.cells.MARKS`;
+notes (mark legend, protocol, left-out columns, the paper's protocol) follow the table.
+csv is the machine-readable form of the same cells: one line per cell, numbers as numbers.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .cells import MARKS, TableResult
+from .paper import group_title
+
+FORMATS = ("md", "latex", "csv")
+_TEX_ESCAPE = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+               "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_TEX_SYMBOLS = {"✗": r"\xmark", "✓": r"\cmark", "†": r"$^{\dagger}$", "‡": r"$^{\ddagger}$", "§": r"$^{\S}$",
+                "—": "--", "±": r"$\pm$"}
+
+
+def render(result: TableResult, fmt: str) -> str:
+    """The table as text in `fmt` (md, latex or csv)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}")
+    return {"md": to_markdown, "latex": to_latex, "csv": to_csv}[fmt](result)
+
+
+# ---- cell text -------------------------------------------------------------------------------
+def _number(x: float, decimals: int) -> str:
+    return f"{x:.{decimals}f}"
+
+
+def cell_text(line, decimals: int, bold: str = "**{}**", underline: str = "<u>{}</u>") -> str:
+    """'mean (std)' with emphasis and marks; '—' for an empty cell; no std with a single seed."""
+    if line["n"] == 0:
+        return "—"
+    mean = _number(line["mean"], decimals)
+    if line["bold"]:
+        mean = bold.format(mean)
+    elif line["underline"]:
+        mean = underline.format(mean)
+    std = line["std"]
+    spread = "" if math.isnan(std) or (decimals == 0 and std == 0) else f" ({_number(std, decimals)})"
+    marks = "".join(MARKS[k] for k, flag in (("missing", line["missing_seeds"]),
+                                             ("not_significant", line["not_significant"]),
+                                             ("subset", line["subset"])) if flag)
+    return mean + spread + marks
+
+
+def paper_text(line, decimals: int) -> str:
+    """The paper's 'mean (std)' for a cell, '—' when the paper has no such cell."""
+    mean, std = line.get("paper_mean", math.nan), line.get("paper_std", math.nan)
+    if mean is None or math.isnan(mean):
+        return "—"
+    return _number(mean, decimals) + ("" if math.isnan(std) else f" ({_number(std, decimals)})")
+
+
+def _header(result: TableResult) -> list[str]:
+    head = list(result.spec.label_headers)
+    for col in result.columns:
+        head.append(col.label)
+        if result.options.compare_paper:
+            head.append(f"{col.label} (paper)")
+    return head
+
+
+def _grid(result: TableResult, group: str, bold: str, underline: str) -> list[list[list[str]]]:
+    """Blocks of rows of cell texts for one column group."""
+    cells = result.cells[result.cells["group"] == group].set_index(["row", "column"])
+    out = []
+    for block in result.blocks:
+        rows = []
+        for row in block:
+            texts = list(result.spec.label_cells(row))
+            for col in result.columns:
+                line = cells.loc[(row, col.key)]
+                texts.append(cell_text(line, col.decimals, bold, underline))
+                if result.options.compare_paper:
+                    texts.append(paper_text(line, col.decimals))
+            rows.append(texts)
+        out.append(rows)
+    return out
+
+
+def _title(result: TableResult) -> str:
+    spec = result.spec
+    return f"{spec.caption} (ours; {spec.paper} of the paper, table '{spec.name}')"
+
+
+# ---- Markdown --------------------------------------------------------------------------------
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def to_markdown(result: TableResult) -> str:
+    """One Markdown table per column group, under its title; notes as a list below."""
+    lines = [f"**{_title(result)}**", ""]
+    for group in result.groups:
+        head = _header(result)
+        lines += [f"*{group_title(group)}*", "", _md_row(head), "|" + "|".join(":-:" for _ in head) + "|"]
+        for block in _grid(result, group, "**{}**", "<u>{}</u>"):
+            lines += [_md_row(r) for r in block]
+        lines.append("")
+    lines += [f"- {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+# ---- LaTeX -----------------------------------------------------------------------------------
+def tex(text: str) -> str:
+    """Plain text -> LaTeX: specials escaped, the paper's symbols (✗ ✓ † ‡ §) as its macros."""
+    out = "".join(_TEX_ESCAPE.get(ch, ch) for ch in text)
+    for sym, macro in _TEX_SYMBOLS.items():
+        out = out.replace(sym, macro)
+    return out
+
+
+def to_latex(result: TableResult) -> str:
+    """A booktabs tabular in the paper's style: one block per column group, rules between row blocks."""
+    head = _header(result)
+    width = len(head)
+    lines = [f"% generated by analysis.tables (table {result.spec.name}); the runs behind every cell are in "
+             "the .provenance.json beside this file",
+             r"% needs \usepackage{booktabs,pifont}, \newcommand{\cmark}{\ding{51}}, \newcommand{\xmark}{\ding{55}}",
+             r"\begin{table}[t]", r"\centering", rf"\caption{{{tex(_title(result))}}}",
+             rf"\begin{{tabular}}{{{'c' * width}}}"]
+    for group in result.groups:
+        lines += [r"\toprule", rf"\multicolumn{{{width}}}{{c}}{{{tex(group_title(group))}}} \\",
+                  " & ".join(rf"\textbf{{{tex(h)}}}" for h in head) + r" \\", r"\midrule"]
+        blocks = _grid(result, group, "\0B{}\0", "\0U{}\0")
+        for i, block in enumerate(blocks):
+            lines += [" & ".join(_tex_cell(c) for c in row) + r" \\" for row in block]
+            if i < len(blocks) - 1 and block:
+                lines.append(r"\midrule")
+        lines.append(r"\bottomrule")
+    lines += [r"\end{tabular}", r"\par\smallskip\footnotesize",
+              " \\\\\n".join(tex(n) for n in result.notes), rf"\label{{table:ours-{result.spec.name}}}",
+              r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _tex_cell(text: str) -> str:
+    """Cell text with \\0B..\\0 / \\0U..\\0 emphasis placeholders -> LaTeX."""
+    out = tex(text)
+    while "\0B" in out:
+        out = out.replace("\0B", r"\textbf{", 1).replace("\0", "}", 1)
+    while "\0U" in out:
+        out = out.replace("\0U", r"\underline{", 1).replace("\0", "}", 1)
+    return out
+
+
+# ---- CSV -------------------------------------------------------------------------------------
+CSV_COLUMNS = ["table", "group", "row", "column", "mean", "std", "n", "expected_seeds", "emphasis",
+               "missing_seeds", "not_significant", "p_value", "subset"]
+
+
+def cells_frame(result: TableResult) -> pd.DataFrame:
+    """The cells as a tidy frame (one line per cell, in display order), numbers as numbers."""
+    c = result.cells.copy()
+    c["table"] = result.spec.name
+    c["emphasis"] = np.select([c["bold"].astype(bool), c["underline"].astype(bool)], ["bold", "underline"], "")
+    c["expected_seeds"] = c["expected_seeds"].astype("Int64")
+    cols = CSV_COLUMNS + (["paper_mean", "paper_std"] if result.options.compare_paper else [])
+    return c[cols]
+
+
+def to_csv(result: TableResult) -> str:
+    return cells_frame(result).to_csv(index=False, lineterminator="\n")

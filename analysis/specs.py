@@ -1,0 +1,252 @@
+"""One spec per paper table: its rows, columns, column groups, emphasis rule and baseline rows.
+
+How a run finds its row: rows are keyed on the run's **parameters** (docs/tracking.md), never on the
+free-text ``ssat.row`` tag. The params are typed and validated by ``ssat.config`` (``schedule`` in
+const/linear/curious, ``interpolate`` a boolean, ``method`` a registry key), so a row label is derived the
+same way for every sweep, and a run tagged with a typo cannot land in the wrong row. For the ablation
+tables (Tables 2 and 4) the row is (global epsilon schedule family, interpolation): ``none|no-int``,
+``Lin.|no-int``, ``Cur.|no-int``, ``none|int``, ``Lin.|int``, ``Cur.|int`` - the paper's "Lin." is
+Linear-60 and "Cur." Curious-(1.25,70), but a shortened run (e.g. the MNIST-5k demo) scales ``t``, so
+the family, not the exact ``t``, picks the row; a cell that mixes configurations says so in a note.
+For Table 3 ``t`` is mapped back to the paper's 100-epoch budget (the inverse of
+``ssat.config.scale_epochs``), so a 10-epoch Linear-6 run is the Linear-60 row.
+
+Which runs a table reads is decided by the ``ssat.table`` tag (the sweep spec's declaration; see
+`analysis.cells.select_runs`), and by the population each ``row_of`` accepts (e.g. the ablation is
+``method == ssat-mbi``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Column:
+    """One metric column: ``key`` names the metric (test/<ckpt>/<key>) or a timing quantity."""
+
+    key: str
+    label: str
+    kind: str = "acc"       # 'acc': a protocol-checked test accuracy; 'time': from time/* metrics
+    decimals: int = 2
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Layout and rules of one table; `analysis.cells` and `analysis.render` do the rest generically."""
+
+    name: str
+    paper: str                                   # where it is in the paper ('Table 2', 'Fig. 4')
+    caption: str
+    columns: tuple[Column, ...]
+    row_of: Callable[[Mapping], str | None]      # run record -> row label, None: not in this table
+    blocks: tuple[tuple[str, ...], ...] = ()     # the paper's rows, in blocks (midrules); may be empty
+    baselines: tuple[str | None, ...] = ()       # per block: the row others are tested against
+    emphasis: str = "bold"                       # 'none' | 'bold' | 'bold+underline'
+    unranked: frozenset = frozenset()            # rows never emphasised (FixMatch, quoted references)
+    label_headers: tuple[str, ...] = ("Method",)
+    label_cells: Callable[[str], tuple[str, ...]] = lambda row: (row,)
+    group_of: Callable[[Mapping], str | None] = lambda run: dataset_group(run)
+    default_seeds: int = 3                       # seeds the paper ran, when a run does not say
+    extra_rows_baseline: str | None = None       # baseline of rows found only in the runs
+    detail_of: Callable[[Mapping], str | None] | None = None  # what a row label stands for in a run
+    paper_detail: str = ""                       # what the paper's row labels stand for
+
+
+# ---- reading a run record --------------------------------------------------------------------
+def value(run: Mapping, key: str):
+    """A field of a run record, with every flavour of missing (None, NaN, pd.NA) as None."""
+    v = run.get(key)
+    if v is None:
+        return None
+    try:
+        return None if pd.isna(v) else v
+    except (TypeError, ValueError):
+        return v
+
+
+def param(run: Mapping, name: str):
+    return value(run, f"param.{name}")
+
+
+def dataset_of(run: Mapping) -> str | None:
+    """The run's dataset: its param, else the teacher's ``ssat.dataset`` tag, else the group prefix."""
+    ds = param(run, "dataset") or value(run, "meta.dataset")
+    group = value(run, "meta.column_group")
+    return ds or (str(group).split("/")[0] if group else None)
+
+
+def dataset_group(run: Mapping) -> str | None:
+    """Column group 'dataset/model': the ``ssat.column_group`` tag, else the dataset and model params."""
+    group = value(run, "meta.column_group")
+    if group:
+        return str(group)
+    ds, model = param(run, "dataset"), param(run, "model")
+    if ds and model:
+        return f"{ds}/{model}"
+    return dataset_of(run)
+
+
+def _num(x) -> str:
+    return f"{float(x):g}"
+
+
+# ---- row keys --------------------------------------------------------------------------------
+METHOD_ROWS = {"uat++": "UAT++", "rst": "RST", "ssat-mbi": "SSAT-MBI", "srst-awr": "SRST-AWR",
+               "ssat-mbi-awr": "SSAT-MBI-AWR"}
+GLOBAL_LABELS = {"const": "none", "linear": "Lin.", "curious": "Cur."}
+
+
+def is_teacher(run: Mapping) -> bool:
+    return value(run, "meta.kind") == "teacher"
+
+
+def main_row(run: Mapping) -> str | None:
+    """Table 1: the method; the teacher run is the FixMatch row."""
+    return "FixMatch" if is_teacher(run) else METHOD_ROWS.get(param(run, "method"))
+
+
+def method_row(run: Mapping) -> str | None:
+    """Training-time table: the method (teachers have no row)."""
+    return None if is_teacher(run) else METHOD_ROWS.get(param(run, "method"))
+
+
+def ablation_row(run: Mapping, method: str) -> str | None:
+    """Tables 2/4: '<schedule family>|<int or no-int>' for runs of `method`."""
+    if is_teacher(run) or param(run, "method") != method:
+        return None
+    glo, interp = GLOBAL_LABELS.get(param(run, "schedule")), param(run, "interpolate")
+    if glo is None or interp is None:
+        return None
+    return f"{glo}|{'int' if bool(interp) else 'no-int'}"
+
+
+def paper_t(t, epochs, base: int = 100, candidates=(50, 60, 70)) -> str:
+    """A schedule's t as the paper writes it: runs shortened by ``scale_epochs`` map back to 50/60/70."""
+    t = int(t)
+    if epochs is None or int(epochs) == base:
+        return str(t)
+    for c in candidates:
+        if max(1, math.floor(c * int(epochs) / base + 0.5)) == t:
+            return str(c)
+    return f"{t}/{int(epochs)}ep"
+
+
+def paper_epochs(run: Mapping) -> int:
+    """The paper's training length for the run's method and dataset (appendix A.3)."""
+    if param(run, "method") in ("srst-awr", "ssat-mbi-awr"):
+        return 120 if param(run, "method") == "ssat-mbi-awr" and dataset_of(run) != "cifar100" else 200
+    return 100
+
+
+def schedule_label(run: Mapping) -> str | None:
+    """Table 3's row name: Const, Linear-t, Curious-(gamma,t), t as in a run of the paper's length."""
+    sched, t, epochs = param(run, "schedule"), param(run, "t"), param(run, "epochs")
+    if sched == "const":
+        return "Const"
+    if t is None:
+        return None
+    t_text = paper_t(t, epochs, base=paper_epochs(run))
+    if sched == "linear":
+        return f"Linear-{t_text}"
+    if sched == "curious":
+        return f"Curious-({_num(param(run, 'gamma'))},{t_text})"
+    return None
+
+
+def schedules_row(run: Mapping) -> str | None:
+    """Table 3: SSAT-MBI runs with interpolation on, by schedule."""
+    if is_teacher(run) or param(run, "method") != "ssat-mbi" or param(run, "interpolate") is not True:
+        return None
+    return schedule_label(run)
+
+
+def supervised_row(run: Mapping) -> str | None:
+    """Table 6: TRADES alone, or TRADES with interpolation and Curious ('TRADES+Ours')."""
+    if param(run, "method") != "trades":
+        return None
+    interp, sched = bool(param(run, "interpolate")), param(run, "schedule")
+    if not interp and sched == "const":
+        return "TRADES"
+    if interp and sched == "curious":
+        return "TRADES+Ours"
+    return f"TRADES ({GLOBAL_LABELS.get(sched, sched)}|{'int' if interp else 'no-int'})"
+
+
+def sweep_row(name: str) -> Callable[[Mapping], str | None]:
+    """Figs. 4-5 as tables: SSAT-MBI runs, one row per value of the swept parameter `name`."""
+    def row(run: Mapping) -> str | None:
+        v = param(run, name)
+        if is_teacher(run) or param(run, "method") != "ssat-mbi" or v is None:
+            return None
+        return f"{name}={_num(v)}"
+    return row
+
+
+def rho_group(run: Mapping) -> str | None:
+    """Fig. 5's four settings: beta in {0.4, 1} x (Const | Curious), per dataset group."""
+    beta, sched = param(run, "beta"), param(run, "schedule")
+    if beta is None or sched is None:
+        return None
+    name = {"const": "Const", "curious": "Curious", "linear": "Linear"}.get(sched, str(sched))
+    return f"{dataset_group(run)} beta={_num(beta)}, {name}"
+
+
+def ablation_cells(row: str) -> tuple[str, str]:
+    """'Lin.|int' -> ('Lin.', '✓'): the paper's two label columns Glo. and Int."""
+    glo, interp = row.split("|", 1)
+    return ("✗" if glo == "none" else glo), ("✓" if interp == "int" else "✗")
+
+
+# ---- the specs -------------------------------------------------------------------------------
+ACC5 = (Column("clean", "Clean"), Column("pgd10", "PGD-10"), Column("pgd20", "PGD-20"),
+        Column("pgd40", "PGD-40"), Column("autoattack", "AutoAttack"))
+ACC3 = (ACC5[0], ACC5[2], ACC5[4])
+TIME = (Column("epochs", "Epochs", "time", 0), Column("hours", "Time (hrs)", "time"),
+        Column("min_per_epoch", "Time/epoch (min)", "time"))
+ABLATION_ROWS = ("none|no-int", "Lin.|no-int", "Cur.|no-int", "none|int", "Lin.|int", "Cur.|int")
+SCHEDULE_ROWS = ("Const", "Linear-50", "Linear-60", "Linear-70", "Curious-(1.25,50)", "Curious-(1.25,60)",
+                 "Curious-(1.25,70)", "Curious-(1.5,50)", "Curious-(1.5,60)", "Curious-(1.5,70)")
+
+SPECS: dict[str, Spec] = {s.name: s for s in (
+    Spec("main", "Table 1", "Natural accuracy (%) and robustness of semi-supervised adversarial training "
+         "methods", ACC5, main_row,
+         blocks=(("FixMatch",), ("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),
+         baselines=(None, "RST", "SRST-AWR"), emphasis="bold", unranked=frozenset({"FixMatch"})),
+    Spec("ablation", "Table 2", "Ablation study of SSAT-MBI (Glo.: global epsilon scheduling, "
+         "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi"),
+         blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold",
+         label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
+         paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,70)"),
+    Spec("schedules", "Table 3", "Global epsilon scheduling strategies (interpolation on)", ACC3,
+         schedules_row, blocks=(SCHEDULE_ROWS,), baselines=("Const",), emphasis="bold+underline",
+         label_headers=("Strategy",)),
+    Spec("awr-ablation", "Table 4", "Ablation study of SSAT-MBI-AWR (Glo.: global epsilon scheduling, "
+         "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi-awr"),
+         blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold+underline",
+         label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
+         paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,60)"),
+    Spec("supervised", "Tables 6-7", "Performance with fully labeled data", ACC3, supervised_row,
+         blocks=(("Customized AT", "MMA"), ("TRADES", "TRADES+FAT", "TRADES+DAAT", "TRADES+Ours")),
+         baselines=(None, "TRADES"), emphasis="bold", unranked=frozenset({"Customized AT", "MMA"})),
+    Spec("beta-sensitivity", "Fig. 4", "SSAT-MBI with varying beta", ACC3, sweep_row("beta"),
+         emphasis="bold", label_headers=("beta",), label_cells=lambda r: (r.split("=", 1)[1],),
+         extra_rows_baseline="beta=0.4"),
+    Spec("rho-sensitivity", "Fig. 5", "SSAT-MBI with varying initial rho (doubled at epoch 75 of 100)",
+         ACC3, sweep_row("rho0"), emphasis="bold", label_headers=("rho0",),
+         label_cells=lambda r: (r.split("=", 1)[1],), group_of=rho_group, extra_rows_baseline="rho0=0.05"),
+    Spec("training-time", "Table 5", "Average training time (fp32 training)", TIME, method_row,
+         blocks=(("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),
+         baselines=("RST", "SRST-AWR"), emphasis="none"),
+)}
+
+
+def get_spec(name: str) -> Spec:
+    """The spec of a table; an unknown name lists the valid ones."""
+    try:
+        return SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown table {name!r}; valid tables: {', '.join(SPECS)}") from None

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Install, idempotently, the system packages the slow cluster tests need (called by .ci/run; Debian/Ubuntu,
+# as root). Installs nothing that is already there, and never leaves an sshd running: the tests start their
+# own sshd, on 127.0.0.1 only, inside their own network namespace.
+#   openssh-server, openssh-client  ray up reaches the "remote" head over ssh
+#   rsync                           ray up's file_mounts
+#   iproute2                        `ip link set lo up` inside the test's network namespace
+#   util-linux, mount               unshare, mount (namespaces, private /tmp)
+#   procps                          ps/pkill-free inspection of leftovers (the tests kill by PID)
+#   the shellcheck package          optional lint of the sbatch template and node scripts
+set -euo pipefail
+[[ $EUID -eq 0 ]] || { echo "ci_prereqs.sh must run as root" >&2; exit 1; }
+
+required=(openssh-server openssh-client rsync iproute2 util-linux mount procps)
+optional=(shellcheck)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+missing=() missing_optional=()
+for pkg in "${required[@]}"; do installed "$pkg" || missing+=("$pkg"); done
+for pkg in "${optional[@]}"; do installed "$pkg" || missing_optional+=("$pkg"); done
+if ((${#missing[@]} + ${#missing_optional[@]} == 0)); then
+    echo "ci_prereqs: all present"
+    exit 0
+fi
+
+# Keep the package scripts from starting the ssh service on the CI host (the Docker policy-rc.d
+# convention); remove the guard afterwards only if we created it.
+guard=/usr/sbin/policy-rc.d
+created_guard=0
+if [[ ! -e "$guard" ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$guard"
+    chmod +x "$guard"
+    created_guard=1
+fi
+drop_guard() { if ((created_guard)); then rm -f "$guard"; fi; }
+trap drop_guard EXIT
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get -o DPkg::Lock::Timeout=300 update -qq
+if ((${#missing[@]})); then
+    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if ((${#missing_optional[@]})); then
+    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing_optional[@]}" ||
+        echo "ci_prereqs: optional ${missing_optional[*]} not installed"
+fi
+for tool in sshd ssh ssh-keygen rsync ip unshare mount; do
+    command -v "$tool" >/dev/null || [[ -x "/usr/sbin/$tool" ]] || { echo "ci_prereqs: $tool still missing" >&2; exit 1; }
+done
+echo "ci_prereqs: installed ${missing[*]} ${missing_optional[*]}"

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Prepare one Ray node for ssat-sweeps: the project's environment on the login PATH, the node's settings in
+# one env file, the data root staged, and the node checked (clusters/check_node.sh) before Ray starts on it.
+# Run by `ray up` as a head_setup/worker_setup command, from the repository copy that file_mounts put at
+# ~/ssat-sweeps (so this script and the lock file always come from the same commit as the cluster YAML).
+#
+#   setup_node.sh --role head|worker (--install --venv DIR | --use-venv DIR)
+#                 --auth-mode disabled|token --data-root DIR [--data-src SRC] --storage-path PATH_OR_URI
+#                 [--mlflow-host IP] [--mlflow-port 5000] [--gpu auto|required|none] [--extra-lock FILE]
+#
+# Why an install at setup time rather than a prepared image: requirements.lock is the one description of
+# the environment, tested in CI; installing from it on a stock GPU image (about 2 minutes and 6.5 GB per
+# node, once: a stamp of the lock's sha256 skips it when a stopped node is reused) cannot drift from it. A
+# prepared image is the optimisation for fast autoscaling: bake it by running this script once on the
+# base image, then point ImageId at the result; nothing else changes.
+#
+# Why one venv on the login PATH: `ray up` runs every command (including `ray stop`, `ray start`) in a
+# login shell, and Ray workers inherit the environment `ray start` had; an environment that is only
+# activated in some shells leaves `ray stop` unable to find Ray (ray down then leaves Ray running).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+# shellcheck source=clusters/lib.sh
+source "$here/lib.sh"
+
+lock="$repo/requirements.lock"
+role="" venv="" install=0 auth_mode="" data_root="" data_src="" storage="" gpu=auto
+mlflow_host="" mlflow_port=5000 extra_lock=""
+while (($#)); do
+    case "$1" in
+        --role) role=$2; shift 2 ;;
+        --install) install=1; shift ;;
+        --venv) venv=$2; shift 2 ;;
+        --use-venv) venv=$2; install=0; shift 2 ;;
+        --auth-mode) auth_mode=$2; shift 2 ;;
+        --data-root) data_root=$2; shift 2 ;;
+        --data-src) data_src=$2; shift 2 ;;
+        --storage-path) storage=$2; shift 2 ;;
+        --mlflow-host) mlflow_host=$2; shift 2 ;;
+        --mlflow-port) mlflow_port=$2; shift 2 ;;
+        --gpu) gpu=$2; shift 2 ;;
+        --extra-lock) extra_lock=$2; shift 2 ;;
+        *) ssat_die "setup_node.sh: unknown argument $1" ;;
+    esac
+done
+[[ "$role" == head || "$role" == worker ]] || ssat_die "--role head|worker is required"
+[[ -n "$venv" ]] || ssat_die "--venv DIR (with --install) or --use-venv DIR is required"
+[[ "$auth_mode" == disabled || "$auth_mode" == token ]] || ssat_die "--auth-mode disabled|token is required"
+[[ -n "$data_root" && -n "$storage" ]] || ssat_die "--data-root and --storage-path are required"
+venv=${venv/#\~/$HOME}
+data_root=${data_root/#\~/$HOME}
+
+# The tracking server runs on the head, bound to the head's private address. Ray exports RAY_HEAD_IP to
+# the setup commands of worker nodes; the head uses its own private address.
+if [[ -z "$mlflow_host" ]]; then
+    if [[ "$role" == worker ]]; then
+        mlflow_host=${RAY_HEAD_IP:?worker setup needs RAY_HEAD_IP (set by ray up) or --mlflow-host}
+    else
+        mlflow_host=$(ssat_private_ip)
+    fi
+fi
+
+install_env() {
+    local sudo="" py
+    [[ $EUID -eq 0 ]] || sudo="sudo -n"
+    if ! py=$(command -v python3.11); then
+        # Ubuntu 22.04 (the AWS image) ships 3.10; 3.11 is in its universe archive. The dpkg lock timeout
+        # waits for the unattended upgrades a fresh instance runs at boot instead of failing on them.
+        command -v apt-get >/dev/null || ssat_die "python3.11 not found and no apt-get to install it"
+        $sudo apt-get -o DPkg::Lock::Timeout=600 update -q
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+            python3.11 python3.11-venv
+        py=$(command -v python3.11)
+    fi
+    [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv"
+    local stamp want
+    stamp="$venv/.ssat-lock.sha256"
+    want=$(cat "$lock" ${extra_lock:+"$extra_lock"} | sha256sum | cut -d' ' -f1)
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        ssat_log "environment $venv already matches the lock; not reinstalling"
+        return
+    fi
+    ssat_log "installing the project into $venv from $lock"
+    "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -e "$repo"
+    if [[ -n "$extra_lock" ]]; then
+        "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -r "$extra_lock"
+    fi
+    printf '%s\n' "$want" >"$stamp"
+}
+
+if ((install)); then
+    install_env
+else
+    [[ -x "$venv/bin/python" ]] || ssat_die "--use-venv $venv: no $venv/bin/python (make it with: pip install -c requirements.lock -e .)"
+fi
+
+# One env file holds the node's settings; ~/.bashrc and ~/.profile source it FIRST (before Ubuntu's
+# "not interactive: return"), so ray start, ray stop, ray job and every Ray worker see the same values.
+mkdir -p "$HOME/.ssat"
+env_file="$HOME/.ssat/env.sh"
+cat >"$env_file" <<EOF
+# Written by clusters/setup_node.sh (role $role). Sourced by ~/.bashrc and ~/.profile.
+export SSAT_VENV=$(printf %q "$venv")
+case ":\$PATH:" in *":\$SSAT_VENV/bin:"*) ;; *) export PATH="\$SSAT_VENV/bin:\$PATH" ;; esac
+# Set explicitly on every node: unset, Ray turns token auth on by itself whenever ~/.ray/auth_token
+# exists, and the CLI clients then fail against a cluster started without it (or the reverse).
+export RAY_AUTH_MODE=$auth_mode
+export SSAT_DATA_ROOT=$(printf %q "$data_root")
+export SSAT_STORAGE_PATH=$(printf %q "$storage")
+export MLFLOW_TRACKING_URI=http://$mlflow_host:$mlflow_port
+EOF
+# shellcheck disable=SC2016  # expanded when the rc file runs, not now
+hook='[ -f "$HOME/.ssat/env.sh" ] && . "$HOME/.ssat/env.sh"  # ssat-sweeps node env'
+for rc in "$HOME/.bashrc" "$HOME/.profile"; do
+    touch "$rc"
+    if ! grep -qF '# ssat-sweeps node env' "$rc"; then
+        printf '%s\n%s' "$hook" "$(cat "$rc")" >"$rc.ssat-new" && mv "$rc.ssat-new" "$rc"
+    fi
+done
+# shellcheck source=/dev/null
+source "$env_file"
+
+if [[ -n "$data_src" ]]; then
+    ssat_log "staging $data_src -> $data_root"
+    "$venv/bin/python" "$here/stage_data.py" pull "$data_src" "$data_root"
+fi
+
+check=(--python "$venv/bin/python" --lock "$lock" --data-root "$data_root" --storage-path "$storage" --gpu "$gpu")
+# Workers also need the head's tracking server (started by head_start_ray_commands before any worker).
+if [[ "$role" == worker ]]; then check+=(--mlflow-uri "$MLFLOW_TRACKING_URI"); fi
+bash "$here/check_node.sh" "${check[@]}"

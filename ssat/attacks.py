@@ -1,0 +1,73 @@
+"""L-inf PGD-T (the inner maximisation), with gradients taken with respect to the input only."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module):
+    """Run the block with the model in eval mode and restore its previous mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-sample CE. logits: (B, C); targets: (B,) class indices or (B, C) probabilities -> (B,)."""
+    if targets.dtype in (torch.int64, torch.int32):
+        return F.cross_entropy(logits, targets, reduction="none")
+    return -(targets * F.log_softmax(logits, dim=1)).sum(dim=1)
+
+
+def kl_rows(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
+    """Per-sample KL(p || q) with p = softmax(logits_p), q = softmax(logits_q). (B, C), (B, C) -> (B,)."""
+    log_p = F.log_softmax(logits_p.float(), dim=1)
+    log_q = F.log_softmax(logits_q.float(), dim=1)
+    return F.kl_div(log_q, log_p, reduction="none", log_target=True).sum(dim=1)
+
+
+def start_point(x: torch.Tensor, eps: float, init: str = "uniform") -> torch.Tensor:
+    """delta^(0): uniform in the eps-ball (PGD, the paper) or 0.001*N(0, 1) (TRADES), clamped to [0, 1]."""
+    if init == "uniform":
+        noise = torch.empty_like(x).uniform_(-eps, eps)
+    elif init == "normal":
+        noise = 0.001 * torch.randn_like(x)
+    else:
+        raise ValueError(f"init {init!r}; allowed: uniform, normal")
+    return (x + noise).clamp(0.0, 1.0)
+
+
+def pgd(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, eps: float, steps: int, step_size: float,
+        loss: str = "ce", random_start: bool = True, init: str = "uniform") -> torch.Tensor:
+    """PGD-T under the L-inf norm (eq. 2), run with the model in eval mode (its mode is restored).
+
+    x: (B, C, H, W) in [0, 1]; targets: (B,) labels or (B, C) soft targets (loss "ce");
+    loss "kl" maximises KL(p(x) || p(x')) (TRADES form, eq. 4) and ignores targets.
+    Returns x_pgd: (B, C, H, W), detached, ||x_pgd - x||_inf <= eps, values in [0, 1].
+    """
+    x = x.detach()
+    if eps <= 0 or steps <= 0:
+        return x.clone()
+    with eval_mode(model):
+        if loss == "kl":
+            with torch.no_grad():
+                clean_logits = model(x).detach()
+        elif loss != "ce":
+            raise ValueError(f"loss {loss!r}; allowed: ce, kl")
+        x_adv = start_point(x, eps, init) if random_start else x.clone()
+        for _ in range(steps):
+            x_adv.requires_grad_(True)
+            logits = model(x_adv)
+            obj = kl_rows(clean_logits, logits) if loss == "kl" else soft_cross_entropy(logits.float(), targets)
+            (grad,) = torch.autograd.grad(obj.sum(), x_adv)
+            x_adv = x_adv.detach() + step_size * grad.sign()
+            x_adv = torch.min(torch.max(x_adv, x - eps), x + eps).clamp(0.0, 1.0)
+    return x_adv.detach()
+

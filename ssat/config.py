@@ -1,0 +1,458 @@
+"""One typed, validated configuration for a run: the single source of truth.
+
+A `Config` is built from nested dicts (YAML/JSON) or dotted overrides (`method.beta=0.5`), validated on
+construction, and flattened for logging. Every error names the field, the value given and what is allowed,
+and is raised before any compute starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+DATASETS = ("mnist5k", "cifar10", "cifar100", "svhn")
+METHODS = ("ssat-mbi", "rst", "uat++", "trades", "srst-awr", "ssat-mbi-awr")
+AWR_METHODS = ("srst-awr", "ssat-mbi-awr")
+SCHEDULES = ("const", "linear", "curious")
+INNER_LOSSES = ("ce", "kl")
+INITS = ("uniform", "normal")
+PRECISIONS = ("fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, reported with the field, the value and what is allowed."""
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "mnist5k"
+    root: str | None = None            # folder holding the torchvision on-disk files (not for mnist5k)
+    split_seed: int = 0                # separate from the run seed: one split serves many runs
+    n_labeled: int | None = None       # None: dataset default (CIFAR 4000, SVHN 1000, MNIST-5k 100)
+    n_val: int | None = None           # None: dataset default (CIFAR/SVHN 1000, MNIST-5k 500)
+    n_unlabeled: int | None = None     # cap on the unlabeled pool (a random subset; smoke runs); None: all
+    unlabeled_includes_labeled: bool = False  # the paper's SSAT-MBI code: no; FixMatch/SRST-AWR: yes
+    fully_labeled: bool = False        # supervised runs (TRADES, Tables 5-6): every non-validation image labeled
+    labeled_idx_file: str | None = None       # .npy of labeled train indices (e.g. SRST-AWR's file)
+    pseudo_labels: str | None = None   # teacher outputs file (.pt); None: the split's cached teacher
+    teacher_dir: str | None = None     # teacher cache root; None: <runs root>/teachers
+
+
+@dataclass
+class ModelConfig:
+    name: str = "cnn-small"
+    dropout: float = 0.0
+
+
+@dataclass
+class MethodConfig:
+    name: str = "ssat-mbi"
+    lam: float = 8.0                   # lambda: weight of the consistency (KL) terms
+    beta: float = 0.4                  # share of the interpolated example in the KL terms
+    interpolate: bool = True
+    rho0: float = 0.05                 # margin threshold at epoch 1
+    rho_double_epoch: int | None = None  # rho doubles from this epoch on
+    tau: float = 2.0                   # temperature of the margin's softmax
+    K: int = 3                         # binary-search steps
+    label_smoothing: float = 0.2       # AWR: alpha' of the labeled CE
+    gamma_prime: float = 4.0           # AWR: weight of the teacher-KL term
+    tau_prime: float = 1.2             # AWR: temperature of the teacher-KL term
+
+
+@dataclass
+class AttackConfig:
+    eps: float | None = None           # eps of the schedule; None: dataset default (8/255, MNIST 0.3)
+    schedule: str = "curious"
+    t: int | None = 70
+    gamma: float = 1.25
+    steps: int = 10
+    step_ratio: float = 0.25           # PGD step = step_ratio * eps_max (paper: eps_max/4)
+    step_size: float | None = None     # absolute step (TRADES' 0.007); overrides step_ratio
+    init: str = "uniform"              # uniform start in the eps-ball, or TRADES' 0.001*N(0,1)
+    inner_loss: str = "ce"
+
+
+@dataclass
+class OptimConfig:
+    epochs: int = 100
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 2e-4
+    nesterov: bool = False
+    lr_milestones: list[int] = field(default_factory=lambda: [60, 70, 90])
+    lr_factors: list[float] = field(default_factory=lambda: [0.1, 0.01, 0.005])  # of the initial rate
+    batch_size: int = 128              # union batch (SSAT-MBI, RST, UAT++, TRADES)
+    labeled_batch: int = 64            # AWR variants
+    unlabeled_batch: int = 128         # AWR variants
+    swa_start: int | None = None       # AWR: SWA from the epoch after this one
+
+
+@dataclass
+class EvalConfig:
+    val_every: int = 1
+    batch_size: int = 500
+    test_n: int | None = None          # None: the whole test set
+    autoattack: bool = True
+    autoattack_n: int | None = None    # None: the same images as PGD; e.g. 200 in the demo
+    pgd_steps: list[int] = field(default_factory=lambda: [10, 20, 40])
+
+
+@dataclass
+class TeacherConfig:
+    """FixMatch teacher (Algorithm 1, lines 1-3; the appendix follows SRST-AWR's recipe)."""
+    model: str | None = None           # None: the student's architecture
+    steps: int = 1000                  # SGD steps in total (cosine schedule over them)
+    eval_every: int = 100              # validate (and maybe select) every this many steps
+    lr: float = 0.03
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 5e-4
+    labeled_batch: int = 64
+    unlabeled_batch: int = 128         # 128 = SRST-AWR; the original FixMatch uses 7 x 64 = 448
+    threshold: float = 0.95
+    lambda_u: float = 1.0
+    ema: float | None = None           # None: no weight EMA (SRST-AWR); the original FixMatch: 0.999
+    randaugment_ops: int = 2
+    randaugment_magnitude: int = 10
+    cutout: float = 0.5                # Cutout square side as a fraction of the image side
+    seed: int = 0
+    unlabeled_includes_labeled: bool = True  # FixMatch trains on all training images except validation
+
+
+@dataclass
+class SystemConfig:
+    device: str = "auto"
+    precision: str = "fp32"            # training autocast; evaluation is always fp32
+    channels_last: bool | None = None  # None: on for CUDA
+    compile: str = "off"               # torch.compile mode; reduce-overhead uses CUDA graphs
+    threads: int | None = None         # torch intra-op threads; pinned for bit-identical resume
+    cuda_memory_fraction: float | None = None  # cap for a fractional-GPU trial
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+
+    def __post_init__(self):
+        validate(self)
+
+    # ---- conversions -------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_flat(self) -> dict[str, Any]:
+        """Dotted keys -> values (`method.beta`: 0.4)."""
+        return dict(_flatten(self.to_dict()))
+
+    def config_hash(self, exclude_seed: bool = True) -> str:
+        d = self.to_dict()
+        if exclude_seed:
+            d.pop("seed")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def eps(self) -> float:
+        return self.attack.eps if self.attack.eps is not None else DATASET_EPS[self.data.dataset]
+
+    @property
+    def is_awr(self) -> bool:
+        return self.method.name in AWR_METHODS
+
+    def replace(self, **dotted: Any) -> "Config":
+        """A new validated config with dotted overrides (`replace(**{"method.beta": 0.5})`)."""
+        return from_dict(self.to_dict(), overrides=dotted)
+
+    def model_params(self) -> dict[str, Any]:
+        """The flat parameters every tracked run carries (docs/tracking.md)."""
+        m, a = self.method, self.attack
+        return {
+            "method": m.name, "schedule": a.schedule, "t": a.t, "gamma": a.gamma, "eps": self.eps,
+            "rho0": m.rho0, "rho_double_epoch": m.rho_double_epoch, "beta": m.beta, "tau": m.tau,
+            "K": m.K, "lambda": m.lam, "interpolate": m.interpolate, "seed": self.seed,
+            "split_seed": self.data.split_seed, "dataset": self.data.dataset, "model": self.model.name,
+            "precision": self.system.precision, "epochs": self.optim.epochs,
+        }
+
+
+DATASET_EPS = {"mnist5k": 0.3, "cifar10": 8 / 255, "cifar100": 8 / 255, "svhn": 8 / 255}
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "seed"}
+
+
+def _flatten(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flatten(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+# ---- construction ----------------------------------------------------------------------------
+def _suggest(key: str, valid) -> str:
+    near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    hint = f"; did you mean '{near[0]}'?" if near else ""
+    return f"{hint} Valid keys: {', '.join(sorted(valid))}"
+
+
+def _section_class(name: str):
+    return {"data": DataConfig, "model": ModelConfig, "method": MethodConfig, "attack": AttackConfig,
+            "optim": OptimConfig, "eval": EvalConfig, "teacher": TeacherConfig, "system": SystemConfig}[name]
+
+
+def _coerce(path: str, value: Any, tp) -> Any:
+    """Check (and gently coerce) a value against a field's annotation, or raise ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        if isinstance(value, str) and value.lower() in ("none", "null") and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)][0]
+        return _coerce(path, value, inner)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if isinstance(value, tuple):
+            value = list(value)
+        if isinstance(value, str):
+            value = [v for v in value.replace("[", "").replace("]", "").split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list, got {value!r} ({type(value).__name__})")
+        return [_coerce(f"{path}[{i}]", v, inner) for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "on", "off"):
+            return value.lower() in ("true", "yes", "on")
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        try:
+            out = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{path}: expected a number, got {value!r}") from None
+        if not math.isfinite(out):
+            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+        return out
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r} ({type(value).__name__})")
+        return value
+    return value
+
+
+def _build_section(name: str, values: Any):
+    cls = _section_class(name)
+    if not isinstance(values, dict):
+        raise ConfigError(f"{name}: expected a mapping of keys, got {values!r}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in values.items():
+        if key not in hints:
+            raise ConfigError(f"unknown key '{name}.{key}'{_suggest(key, hints)}")
+        kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
+    return cls(**kwargs)
+
+
+def from_dict(d: dict | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Build a validated Config from a nested dict plus dotted overrides."""
+    d = json.loads(json.dumps(d or {}))  # deep copy; also rejects non-JSON values early
+    if not isinstance(d, dict):
+        raise ConfigError(f"config: expected a mapping, got {d!r}")
+    for key, value in (overrides or {}).items():
+        _set_dotted(d, key, value)
+    top = {"seed"} | set(SECTIONS)
+    for key in d:
+        if key not in top:
+            raise ConfigError(f"unknown key '{key}'{_suggest(key, top)}")
+    sections = {name: _build_section(name, d.get(name, {})) for name in SECTIONS}
+    seed = _coerce("seed", d.get("seed", 0), int)
+    return Config(seed=seed, **sections)
+
+
+def _set_dotted(d: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    if len(parts) == 1:
+        if parts[0] != "seed":
+            raise ConfigError(f"unknown key '{key}'{_suggest(key, _all_dotted_keys())}")
+        d["seed"] = value
+        return
+    if len(parts) != 2 or parts[0] not in SECTIONS:
+        raise ConfigError(f"unknown key '{key}'{_suggest(key, _all_dotted_keys())}")
+    d.setdefault(parts[0], {})
+    if not isinstance(d[parts[0]], dict):
+        raise ConfigError(f"{parts[0]}: expected a mapping of keys, got {d[parts[0]]!r}")
+    d[parts[0]][parts[1]] = value
+
+
+def _all_dotted_keys() -> list[str]:
+    keys = ["seed"]
+    for name in SECTIONS:
+        keys += [f"{name}.{f.name}" for f in dataclasses.fields(_section_class(name))]
+    return keys
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`["method.beta=0.5", "attack.t=None"]` -> dict. Values are parsed as YAML scalars/lists."""
+    import yaml
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. method.beta=0.5")
+        key, raw = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+    return out
+
+
+# ---- validation ------------------------------------------------------------------------------
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _one_of(path: str, value: Any, allowed) -> None:
+    if value not in allowed:
+        near = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.5)
+        hint = f" (did you mean '{near[0]}'?)" if near else ""
+        raise ConfigError(f"{path}: {value!r} is not allowed{hint}; allowed: {', '.join(map(str, allowed))}")
+
+
+def validate(cfg: Config) -> None:
+    """Every cross-field rule of a run config. Raises ConfigError naming field, value and the rule."""
+    from .models import MODELS  # local import: models imports torch, config stays light to import
+
+    d, m, a, o, e, s = cfg.data, cfg.method, cfg.attack, cfg.optim, cfg.eval, cfg.system
+    _one_of("data.dataset", d.dataset, DATASETS)
+    _one_of("model.name", cfg.model.name, sorted(MODELS))
+    _one_of("method.name", m.name, METHODS)
+    _one_of("attack.schedule", a.schedule, SCHEDULES)
+    _one_of("attack.inner_loss", a.inner_loss, INNER_LOSSES)
+    _one_of("attack.init", a.init, INITS)
+    _one_of("system.precision", s.precision, PRECISIONS)
+    _one_of("system.device", s.device, DEVICES)
+    _one_of("system.compile", s.compile, COMPILE_MODES)
+    _need(0 < m.rho0 < 1, f"method.rho0: {m.rho0} is out of range; allowed: 0 < rho0 < 1 "
+          "(and 2*rho0 < 1 when rho_double_epoch is set)")
+    if m.rho_double_epoch is not None:
+        _need(2 * m.rho0 < 1, f"method.rho0: {m.rho0} doubled is {2 * m.rho0}; allowed: 2*rho0 < 1")
+        _need(1 <= m.rho_double_epoch <= o.epochs, f"method.rho_double_epoch: {m.rho_double_epoch} "
+              f"is beyond the run; allowed: 1..optim.epochs ({o.epochs}) or None")
+    _need(0 <= m.beta <= 1, f"method.beta: {m.beta} is out of range; allowed: 0 <= beta <= 1")
+    _need(m.tau > 0, f"method.tau: {m.tau}; allowed: tau > 0")
+    _need(m.K >= 1, f"method.K: {m.K}; allowed: K >= 1 (binary-search steps)")
+    _need(m.lam >= 0, f"method.lam: {m.lam}; allowed: lambda >= 0")
+    _need(0 <= m.label_smoothing < 1, f"method.label_smoothing: {m.label_smoothing}; allowed: [0, 1)")
+    _need(m.tau_prime > 0, f"method.tau_prime: {m.tau_prime}; allowed: > 0")
+    _need(m.gamma_prime >= 0, f"method.gamma_prime: {m.gamma_prime}; allowed: >= 0")
+    if m.name in ("rst", "srst-awr", "uat++"):
+        _need(not m.interpolate, f"method.interpolate: true with method.name={m.name!r}, whose loss never "
+              "uses the interpolated example; use 'ssat-mbi' or 'ssat-mbi-awr', or set interpolate=false")
+    _need(cfg.eps is None or cfg.eps > 0, f"attack.eps: {a.eps}; allowed: eps > 0")
+    if a.schedule in ("linear", "curious"):
+        _need(a.t is not None, f"attack.t: None with attack.schedule={a.schedule!r}; allowed: 1..optim.epochs")
+        _need(1 <= a.t <= o.epochs, f"attack.t: {a.t} is beyond the run; allowed: 1..optim.epochs ({o.epochs})")
+    if a.schedule == "curious":
+        _need(a.gamma >= 1, f"attack.gamma: {a.gamma}; allowed: gamma >= 1 (1 is Linear-t)")
+    _need(a.steps >= 1, f"attack.steps: {a.steps}; allowed: >= 1")
+    _need(a.step_ratio > 0, f"attack.step_ratio: {a.step_ratio}; allowed: > 0")
+    _need(a.step_size is None or a.step_size > 0, f"attack.step_size: {a.step_size}; allowed: > 0 or None")
+    _need(o.epochs >= 1, f"optim.epochs: {o.epochs}; allowed: >= 1")
+    _need(o.lr > 0, f"optim.lr: {o.lr}; allowed: > 0")
+    _need(len(o.lr_milestones) == len(o.lr_factors), f"optim.lr_milestones {o.lr_milestones} and "
+          f"optim.lr_factors {o.lr_factors}: allowed: lists of the same length")
+    _need(all(b > a_ for a_, b in zip(o.lr_milestones, o.lr_milestones[1:])),
+          f"optim.lr_milestones: {o.lr_milestones}; allowed: strictly increasing epochs")
+    _need(all(1 <= x <= o.epochs for x in o.lr_milestones),
+          f"optim.lr_milestones: {o.lr_milestones}; allowed: epochs within 1..{o.epochs}")
+    _need(all(f > 0 for f in o.lr_factors), f"optim.lr_factors: {o.lr_factors}; allowed: > 0")
+    for name in ("batch_size", "labeled_batch", "unlabeled_batch"):
+        _need(getattr(o, name) >= 1, f"optim.{name}: {getattr(o, name)}; allowed: >= 1")
+    if o.swa_start is not None:
+        _need(0 <= o.swa_start < o.epochs, f"optim.swa_start: {o.swa_start}; allowed: 0..{o.epochs - 1} or None")
+    _need(e.batch_size >= 1, f"eval.batch_size: {e.batch_size}; allowed: >= 1")
+    _need(e.test_n is None or e.test_n >= 1, f"eval.test_n: {e.test_n}; allowed: >= 1 or None")
+    _need(e.autoattack_n is None or e.autoattack_n >= 1, f"eval.autoattack_n: {e.autoattack_n}; allowed: >= 1")
+    _need(all(x >= 1 for x in e.pgd_steps), f"eval.pgd_steps: {e.pgd_steps}; allowed: positive integers")
+    _need(s.threads is None or s.threads >= 1, f"system.threads: {s.threads}; allowed: >= 1 or None")
+    _need(s.cuda_memory_fraction is None or 0 < s.cuda_memory_fraction <= 1,
+          f"system.cuda_memory_fraction: {s.cuda_memory_fraction}; allowed: 0 < x <= 1 or None")
+    _need(d.n_labeled is None or d.n_labeled >= 1, f"data.n_labeled: {d.n_labeled}; allowed: >= 1")
+    _need(d.n_val is None or d.n_val >= 0, f"data.n_val: {d.n_val}; allowed: >= 0")
+    _need(d.n_unlabeled is None or d.n_unlabeled >= 0, f"data.n_unlabeled: {d.n_unlabeled}; allowed: >= 0 or None")
+    _need(0 <= cfg.model.dropout < 1, f"model.dropout: {cfg.model.dropout}; allowed: [0, 1)")
+    validate_teacher(cfg.teacher)
+
+
+def validate_teacher(t: "TeacherConfig") -> None:
+    from .models import MODELS
+
+    if t.model is not None:
+        _one_of("teacher.model", t.model, sorted(MODELS))
+    for name in ("steps", "eval_every", "labeled_batch", "unlabeled_batch"):
+        _need(getattr(t, name) >= 1, f"teacher.{name}: {getattr(t, name)}; allowed: >= 1")
+    _need(t.lr > 0, f"teacher.lr: {t.lr}; allowed: > 0")
+    _need(0 < t.threshold < 1, f"teacher.threshold: {t.threshold}; allowed: 0 < threshold < 1")
+    _need(t.lambda_u >= 0, f"teacher.lambda_u: {t.lambda_u}; allowed: >= 0")
+    _need(t.ema is None or 0 < t.ema < 1, f"teacher.ema: {t.ema}; allowed: 0 < ema < 1 or None")
+    _need(0 <= t.cutout <= 1, f"teacher.cutout: {t.cutout}; allowed: 0..1")
+    _need(0 <= t.randaugment_magnitude <= 30, f"teacher.randaugment_magnitude: {t.randaugment_magnitude}; allowed: 0..30")
+    _need(t.randaugment_ops >= 0, f"teacher.randaugment_ops: {t.randaugment_ops}; allowed: >= 0")
+
+
+# ---- epoch scaling ---------------------------------------------------------------------------
+def scale_epochs(d: dict, epochs: int) -> dict:
+    """Rescale every epoch number of a nested config dict to a run of `epochs` epochs.
+
+    Rule: x -> max(1, round_half_up(x * epochs / E)) for t, rho_double_epoch and lr milestones;
+    swa_start -> round_half_up(swa_start * epochs / E) (0 allowed). Milestones that collide after
+    rounding are refused with a message rather than silently merged.
+    """
+    d = json.loads(json.dumps(d))
+    old = int(d.get("optim", {}).get("epochs", OptimConfig.epochs))
+    if epochs < 1:
+        raise ConfigError(f"--epochs: {epochs}; allowed: >= 1")
+
+    def sc(x, lo=1):
+        return None if x is None else max(lo, int(math.floor(x * epochs / old + 0.5)))
+
+    d.setdefault("optim", {})["epochs"] = epochs
+    att = d.setdefault("attack", {})
+    if att.get("t", AttackConfig.t) is not None:
+        att["t"] = sc(att.get("t", AttackConfig.t))
+    meth = d.setdefault("method", {})
+    if meth.get("rho_double_epoch") is not None:
+        meth["rho_double_epoch"] = sc(meth["rho_double_epoch"])
+    opt = d["optim"]
+    ms = opt.get("lr_milestones", OptimConfig().lr_milestones)
+    scaled = [sc(x) for x in ms]
+    if len(set(scaled)) != len(scaled):
+        raise ConfigError(f"--epochs {epochs}: lr milestones {ms} of a {old}-epoch run collide after "
+                          f"scaling ({scaled}); use more epochs or set optim.lr_milestones explicitly")
+    opt["lr_milestones"] = scaled
+    if opt.get("swa_start") is not None:
+        opt["swa_start"] = sc(opt["swa_start"], lo=0)
+    return d

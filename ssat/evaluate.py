@@ -1,0 +1,175 @@
+"""Evaluation: clean, PGD-10/20/40 and AutoAttack, always fp32 in eval mode, each with its protocol record.
+
+PGD follows the authors' evaluation: step eps/10, one uniform random start, CE on the true labels (it
+explains the paper's gap between its PGD-10 and PGD-20 columns). AutoAttack is the standard version
+(APGD-CE, APGD-T, FAB-T, Square) of `pyautoattack`, at exactly the dataset's eps.
+
+CLI: python -m ssat.evaluate CHECKPOINT [--autoattack/--no-autoattack] [--n N] [--data-root DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from .attacks import eval_mode, pgd
+
+AA_ATTACKS = ["apgd-ce", "apgd-t", "fab-t", "square"]
+
+
+class EvaluationCheckError(AssertionError):
+    """An attack produced an example outside the eps-ball or outside [0, 1]."""
+
+
+def protocol(attack: str, *, eps: float, n: int, subset: str, checkpoint: str, steps: int = 0) -> dict:
+    """The record that travels with every number (docs/tracking.md)."""
+    rec = {"attack": attack, "eps": eps, "norm": "Linf", "step": None, "steps": steps, "restarts": 0,
+           "random_start": None, "loss": None, "n": n, "subset": subset, "precision": "fp32",
+           "checkpoint": checkpoint, "autoattack": None}
+    if attack.startswith("pgd"):
+        rec.update(step=eps / 10, restarts=1, random_start="uniform", loss="ce")
+    if attack == "autoattack":
+        import importlib.metadata as md
+
+        rec["autoattack"] = {"version": "standard", "attacks": AA_ATTACKS,
+                             "package": f"pyautoattack {md.version('pyautoattack')}"}
+    return rec
+
+
+@torch.no_grad()
+def _predict(model, x, batch_size):
+    return torch.cat([model(x[i: i + batch_size]).argmax(1) for i in range(0, len(x), batch_size)])
+
+
+def _check_adv(x_adv: torch.Tensor, x: torch.Tensor, eps: float, name: str) -> float:
+    linf = (x_adv - x).abs().flatten(1).max(1).values.max().item() if len(x) else 0.0
+    if linf > eps + 1e-6:
+        raise EvaluationCheckError(f"{name}: ||delta||_inf = {linf:.6f} exceeds eps = {eps:.6f}")
+    if len(x) and (x_adv.min() < 0 or x_adv.max() > 1):
+        raise EvaluationCheckError(f"{name}: adversarial images leave [0, 1]")
+    return linf
+
+
+def pgd_accuracy(model, x, y, *, eps, steps, batch_size) -> tuple[float, float]:
+    """Robust accuracy (%) under PGD-steps (step eps/10, uniform start) and the largest perturbation seen."""
+    correct, linf = 0, 0.0
+    for i in range(0, len(x), batch_size):
+        xb, yb = x[i: i + batch_size], y[i: i + batch_size]
+        xa = pgd(model, xb, yb, eps, steps, eps / 10, loss="ce", random_start=True, init="uniform")
+        linf = max(linf, _check_adv(xa, xb, eps, f"pgd{steps}"))
+        with torch.no_grad():
+            correct += (model(xa).argmax(1) == yb).sum().item()
+    return 100.0 * correct / max(len(x), 1), linf
+
+
+def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0) -> float:
+    """Robust accuracy (%) under standard AutoAttack, through pyautoattack's keyword-only API."""
+    from pyautoattack import AutoAttack
+
+    logging.getLogger("auto-attack").setLevel(logging.WARNING)
+    adversary = AutoAttack(model, norm="Linf", eps=eps, version="standard", device=x.device, seed=seed)
+    x_adv, _ = adversary.run_standard_evaluation(x, y, batch_size=batch_size)
+    _check_adv(x_adv, x, eps, "autoattack")
+    return 100.0 * (_predict(model, x_adv, batch_size) == y).float().mean().item()
+
+
+def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, checkpoint: str,
+                   pgd_steps=(10, 20, 40), autoattack: bool = True, autoattack_n: int | None = None,
+                   batch_size: int = 500, subset: str = "full", log=print) -> dict[str, dict]:
+    """Evaluate a model on (x, y): {attack: {"acc": percent, "protocol": record}}.
+
+    x: (N, C, H, W) float in [0, 1] on the model's device; y: (N,). Always fp32, eval mode (restored).
+    Checks: every adversarial example within eps and [0, 1]; clean >= PGD-10 >= PGD-20 >= PGD-40
+    (a violation is recorded and warned about: PGD-T returns its last iterate, so it can happen by chance).
+    """
+    out = {}
+    with eval_mode(model), torch.autocast(x.device.type, enabled=False):
+        acc = 100.0 * (_predict(model, x, batch_size) == y).float().mean().item()
+        out["clean"] = {"acc": acc, "protocol": protocol("clean", eps=eps, n=len(x), subset=subset, checkpoint=checkpoint)}
+        for steps in pgd_steps:
+            acc, linf = pgd_accuracy(model, x, y, eps=eps, steps=steps, batch_size=batch_size)
+            out[f"pgd{steps}"] = {"acc": acc, "max_linf": linf,
+                                  "protocol": protocol(f"pgd{steps}", eps=eps, n=len(x), subset=subset,
+                                                       checkpoint=checkpoint, steps=steps)}
+            log(f"  [{checkpoint}] pgd{steps}: {acc:.2f}%")
+        if autoattack:
+            n = len(x) if autoattack_n is None else min(autoattack_n, len(x))
+            aa_subset = subset if n == len(x) else f"first{n}"
+            acc = autoattack_accuracy(model, x[:n], y[:n], eps=eps, batch_size=batch_size)
+            out["autoattack"] = {"acc": acc, "protocol": protocol("autoattack", eps=eps, n=n, subset=aa_subset,
+                                                                   checkpoint=checkpoint)}
+            log(f"  [{checkpoint}] autoattack ({n} images): {acc:.2f}%")
+    chain = [out["clean"]["acc"]] + [out[f"pgd{s}"]["acc"] for s in sorted(pgd_steps)]
+    ordered = all(a >= b for a, b in zip(chain, chain[1:]))
+    for rec in out.values():
+        rec["checks"] = {"linf_within_eps": True, "in_unit_box": True, "ordered": ordered}
+    if not ordered:
+        warnings.warn(f"[{checkpoint}] accuracies not ordered clean >= PGD-10 >= PGD-20 >= PGD-40: {chain}")
+    return out
+
+
+def flatten_results(results: dict[str, dict[str, dict]]) -> tuple[dict[str, float], dict[str, str]]:
+    """{ckpt: {attack: rec}} -> metrics {"test/best/pgd20": acc} and protocol tags {"protocol/best/pgd20": json}."""
+    metrics, tags = {}, {}
+    for ckpt, per in results.items():
+        for attack, rec in per.items():
+            metrics[f"test/{ckpt}/{attack}"] = rec["acc"]
+            tags[f"protocol/{ckpt}/{attack}"] = json.dumps(rec["protocol"], separators=(",", ":"))
+    return metrics, tags
+
+
+def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu"):
+    """A model from best.pt / last.pt (weights only, checksum verified), with the config it was trained with."""
+    from .config import from_dict
+    from .datasets import DATASET_INFO
+    from .models import create_model
+    from .storage import load_verified
+
+    ck = load_verified(path, map_location=device)
+    if not isinstance(ck, dict) or "model" not in ck or "config" not in ck:
+        raise ValueError(f"{path}: not an ssat checkpoint (expected keys 'model' and 'config')")
+    cfg = from_dict(ck["config"])
+    classes, channels = DATASET_INFO[cfg.data.dataset][:2]
+    model = create_model(cfg.model.name, classes, channels, cfg.model.dropout).to(device)
+    try:
+        model.load_state_dict(ck["model"])
+    except RuntimeError as exc:
+        raise ValueError(f"{path}: weights do not fit model {cfg.model.name!r} ({str(exc).splitlines()[0]})") from None
+    return model, cfg, ck
+
+
+def main(argv=None) -> int:
+    from .datasets import load_arrays, to_float
+    from .train import resolve_device
+
+    ap = argparse.ArgumentParser(prog="python -m ssat.evaluate", description=__doc__.split("\n")[0])
+    ap.add_argument("checkpoint")
+    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--n", type=int, default=None, help="first N test images (default: all)")
+    ap.add_argument("--autoattack", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--autoattack-n", type=int, default=None)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    args = ap.parse_args(argv)
+    device = resolve_device(args.device)
+    model, cfg, ck = load_checkpoint_model(args.checkpoint, device)
+    arrays = load_arrays(cfg.data.dataset, args.data_root or cfg.data.root)
+    n = len(arrays.x_test) if args.n is None else min(args.n, len(arrays.x_test))
+    x, y = to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device)
+    res = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=ck.get("kind", "best"), pgd_steps=cfg.eval.pgd_steps,
+                         autoattack=args.autoattack, autoattack_n=args.autoattack_n,
+                         subset="full" if n == len(arrays.x_test) else f"first{n}")
+    print(json.dumps({k: {"acc": round(v["acc"], 2)} for k, v in res.items()}))
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

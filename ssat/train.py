@@ -1,0 +1,397 @@
+"""The trainer: one configuration, epoch by epoch, with exact resume.
+
+    trainer = Trainer(cfg, out_dir)          # resumes from out_dir/state.pt if it is there
+    for metrics in trainer.epochs():         # one dict per epoch (docs/tracking.md names)
+        ...
+    results = trainer.final_evaluation()     # test protocol on the best and the last checkpoint
+
+Files in out_dir, all written atomically with a checksum: state.pt (everything needed to resume:
+model, optimiser, SWA model, RNG states, history), best.pt and last.pt (weights + config), results.json.
+
+CLI: python -m ssat.train --preset mnist5k-ssat-mbi [--set key=value ...] [--epochs N] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from . import faults
+from .attacks import pgd
+from .config import Config
+from .datasets import AWRBatches, DATASET_INFO, UnionBatches, split_for, to_float
+from .evaluate import evaluate_model, flatten_results
+from .interpolation import interpolate
+from .losses import UNION_LOSSES, awr_loss
+from .models import create_model
+from .pseudo_labels import TeacherOutputs
+from .schedules import epsilon_schedule, lr_at, rho_schedule
+from .storage import load_verified, save_verified
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("system.device: 'cuda' but no CUDA device is visible; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA). The trainer draws from torch only after this."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def needs_teacher(cfg: Config) -> bool:
+    return not cfg.data.fully_labeled
+
+
+class Trainer:
+    def __init__(self, cfg: Config, out_dir: str | Path, teacher: TeacherOutputs | None = None,
+                 log: Callable[[str], None] = print):
+        self.cfg, self.out, self.log = cfg, Path(out_dir), log
+        self.out.mkdir(parents=True, exist_ok=True)
+        s = cfg.system
+        if s.threads:
+            torch.set_num_threads(s.threads)
+        self.device = resolve_device(s.device)
+        if self.device.type == "cuda" and s.cuda_memory_fraction:
+            torch.cuda.set_per_process_memory_fraction(s.cuda_memory_fraction, self.device)
+        seed_everything(cfg.seed)
+        faults.set_context(cfg.seed, f"{cfg.config_hash()}-s{cfg.seed}")
+        self.arrays, self.split = split_for(cfg)
+        self.num_classes, self.channels = DATASET_INFO[cfg.data.dataset][:2]
+        flip = DATASET_INFO[cfg.data.dataset][5]
+        if teacher is None and needs_teacher(cfg):
+            from .teacher import resolve_teacher
+
+            teacher = resolve_teacher(cfg, self.arrays, self.split, log=log)
+        self.teacher = teacher
+        self.model = create_model(cfg.model.name, self.num_classes, self.channels, cfg.model.dropout).to(self.device)
+        self.channels_last = s.channels_last if s.channels_last is not None else self.device.type == "cuda"
+        if self.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.net = self.model if s.compile == "off" else torch.compile(self.model, mode=s.compile)
+        o = cfg.optim
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=o.lr, momentum=o.momentum,
+                                   weight_decay=o.weight_decay, nesterov=o.nesterov)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        x_train, y_train = self.arrays.x_train, self.arrays.y_train
+        if cfg.is_awr:
+            self._init_awr_teacher()
+            self.batches = AWRBatches(x_train, y_train, self.split, o.labeled_batch, o.unlabeled_batch,
+                                      self.device, flip)
+        else:
+            soft = teacher.probabilities() if teacher is not None and len(self.split.unlabeled) else None
+            self.batches = UnionBatches(x_train, y_train, self.split, soft, self.num_classes, o.batch_size,
+                                        self.device, flip)
+        val = torch.from_numpy(self.split.val)
+        self.x_val, self.y_val = to_float(x_train[val]).to(self.device), y_train[val].to(self.device)
+        self.swa = torch.optim.swa_utils.AveragedModel(self.model) if o.swa_start is not None else None
+        self.epoch, self.best_score, self.best_epoch, self.history = 0, -math.inf, 0, []
+        self.train_seconds = 0.0
+        if (self.out / "state.pt").exists():
+            self.load_state()
+
+    # ---- setup helpers ------------------------------------------------------------------------
+    def _init_awr_teacher(self) -> None:
+        t = self.teacher
+        if t is None or t.model_state is None:
+            raise ValueError("method.name: AWR methods need the teacher's weights (its KL term is computed on "
+                             "every augmented image); a pseudo-label file without weights is not enough")
+        self.teacher_model = create_model(t.model_name, self.num_classes, self.channels).to(self.device)
+        self.teacher_model.load_state_dict(t.model_state)
+        self.teacher_model.eval().requires_grad_(False)
+
+    def _prep(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.system.precision == "bf16")
+
+    # ---- schedules ----------------------------------------------------------------------------
+    def schedule(self, epoch: int) -> dict[str, float]:
+        c = self.cfg
+        return {"eps_max": epsilon_schedule(c.attack.schedule, epoch, eps=c.eps, t=c.attack.t, gamma=c.attack.gamma),
+                "rho": rho_schedule(epoch, c.method.rho0, c.method.rho_double_epoch),
+                "lr": lr_at(epoch, c.optim.lr, c.optim.lr_milestones, c.optim.lr_factors)}
+
+    # ---- one step -----------------------------------------------------------------------------
+    def _attack(self, x, targets, eps_max, rho):
+        """x_pgd by PGD-T in the eps_max-ball, then x_adv by margin-based interpolation (eval mode)."""
+        a, m = self.cfg.attack, self.cfg.method
+        step = a.step_size if a.step_size is not None else a.step_ratio * eps_max
+        x_pgd = pgd(self.net, x, targets, eps_max, a.steps, step, loss=a.inner_loss, init=a.init)
+        if not m.interpolate:
+            return x_pgd, x_pgd, torch.ones(len(x), device=x.device)
+        x_adv, alpha = interpolate(self.net, x, x_pgd, targets, rho, m.tau, m.K)
+        return x_pgd, x_adv, alpha
+
+    def _union_step(self, x, y, eps_max, rho):
+        x = self._prep(x)
+        standard = self.cfg.method.lam == 0 and self.cfg.method.name != "uat++"  # no term uses x_adv
+        with self._autocast():
+            if standard:
+                x_pgd = x_adv = x
+                alpha = torch.zeros(len(x), device=x.device)
+            else:
+                x_pgd, x_adv, alpha = self._attack(x, y, eps_max, rho)
+            self.net.train()
+            lx = self.net(x)
+            la = self.net(x_adv)
+            lp = la if x_adv is x_pgd else self.net(x_pgd)
+            terms = UNION_LOSSES[self.cfg.method.name](lx, la, lp, y, self.cfg.method)
+        return terms, x, x_pgd, x_adv, alpha
+
+    def _awr_step(self, xl, yl, xu, eps_max, rho):
+        m = self.cfg.method
+        xl, xu = self._prep(xl), self._prep(xu)
+        with self._autocast():
+            with torch.no_grad():
+                t_logits = self.teacher_model(xu).float()
+            y_t = torch.softmax(t_logits, 1)
+            x_pgd, x_adv, alpha = self._attack(xu, y_t, eps_max, rho)
+            self.net.train()
+            ll, lu, la = self.net(xl), self.net(xu), self.net(x_adv)
+            lp = la if x_adv is x_pgd else self.net(x_pgd)
+            beta = 0.0 if m.name == "srst-awr" else m.beta
+            terms = awr_loss(ll, yl, lu, la, lp, t_logits, lam=m.lam, beta=beta, label_smoothing=m.label_smoothing,
+                             gamma_prime=m.gamma_prime, tau_prime=m.tau_prime)
+        return terms, xu, x_pgd, x_adv, alpha
+
+    # ---- one epoch ----------------------------------------------------------------------------
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        sched = self.schedule(epoch)
+        for g in self.opt.param_groups:
+            g["lr"] = sched["lr"]
+        sums: dict[str, float] = {}
+        n_img, linf_max, adv_linf_sum, alpha_sum, a_min, a_one, n_att = 0, 0.0, 0.0, 0.0, 0, 0, 0
+        k_floor = 2.0 ** -self.cfg.method.K
+        t0 = time.perf_counter()
+        for i, batch in enumerate(self.batches.epoch(self.gen)):
+            faults.maybe("epoch", epoch, step=i)
+            if self.cfg.is_awr:
+                terms, x, x_pgd, x_adv, alpha = self._awr_step(*batch, sched["eps_max"], sched["rho"])
+                n_batch = len(batch[0]) + len(batch[2])
+            else:
+                terms, x, x_pgd, x_adv, alpha = self._union_step(*batch, sched["eps_max"], sched["rho"])
+                n_batch = len(batch[0])
+            loss = terms["loss"]
+            if faults.active("nan", epoch):
+                loss = loss * float("nan")
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}, step {i + 1}")
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            with torch.no_grad():
+                b = len(x)
+                for k, v in terms.items():
+                    sums[k] = sums.get(k, 0.0) + v.item() * b
+                linf_max = max(linf_max, (x_pgd - x).abs().flatten(1).max(1).values.max().item())
+                adv_linf_sum += (x_adv - x).abs().flatten(1).max(1).values.float().sum().item()
+                alpha_sum += alpha.sum().item()
+                a_min += (alpha <= k_floor + 1e-9).sum().item()
+                a_one += (alpha >= 1.0).sum().item()
+                n_att += b
+                n_img += n_batch
+        if self.swa is not None and epoch > self.cfg.optim.swa_start:
+            self.swa.update_parameters(self.model)
+        secs = time.perf_counter() - t0
+        self.train_seconds += secs
+        out = {f"train/{k}": v / max(n_att, 1) for k, v in sums.items()}
+        out.update({"sched/eps_max": sched["eps_max"], "sched/rho": sched["rho"], "sched/lr": sched["lr"],
+                    "adv/pgd_linf_max": linf_max, "adv/adv_linf_mean": adv_linf_sum / max(n_att, 1),
+                    "adv/alpha_mean": alpha_sum / max(n_att, 1), "adv/alpha_min_share": a_min / max(n_att, 1),
+                    "adv/alpha_one_share": a_one / max(n_att, 1), "perf/epoch_seconds": secs,
+                    "perf/images_per_s": n_img / secs if secs > 0 else 0.0})
+        return out
+
+    # ---- validation and selection -------------------------------------------------------------
+    def _swa_active(self, epoch: int) -> bool:
+        return self.swa is not None and epoch > self.cfg.optim.swa_start
+
+    @torch.no_grad()
+    def _recompute_bn(self, model: nn.Module) -> None:
+        """BN statistics of the SWA model recomputed on clean (unaugmented) training images."""
+        bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if not bns:
+            return
+        momenta = {}
+        for bn in bns:
+            bn.reset_running_stats()
+            momenta[bn] = bn.momentum
+            bn.momentum = None  # cumulative average over the pass
+        was = model.training
+        model.train()
+        xs = self.batches.xu if self.cfg.is_awr else self.batches.x
+        for i in range(0, len(xs), 500):
+            model(self._prep(to_float(xs[i: i + 500])))
+        for bn in bns:
+            bn.momentum = momenta[bn]
+        model.train(was)
+
+    def selection_model(self, epoch: int) -> nn.Module:
+        """The model whose validation PGD-10 decides 'best': the SWA model once SWA has started (AWR)."""
+        if self._swa_active(epoch):
+            self._recompute_bn(self.swa.module)
+            return self.swa.module
+        return self.model
+
+    def validate(self, model: nn.Module) -> dict[str, float]:
+        if not len(self.x_val):
+            return {}
+        res = evaluate_model(model, self.x_val, self.y_val, eps=self.cfg.eps, checkpoint="val", pgd_steps=(10,),
+                             autoattack=False, batch_size=self.cfg.eval.batch_size, log=lambda s: None)
+        return {"val/clean": res["clean"]["acc"], "val/pgd10": res["pgd10"]["acc"]}
+
+    # ---- state --------------------------------------------------------------------------------
+    def _weights(self, model: nn.Module, kind: str, epoch: int, metrics: dict) -> dict:
+        return {"model": {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+                "config": self.cfg.to_dict(), "kind": kind, "epoch": epoch, "metrics": metrics,
+                "split_hash": self.split.hash, "model_name": self.cfg.model.name}
+
+    def state_dict(self) -> dict:
+        st = {"epoch": self.epoch, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
+              "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
+              "best_score": self.best_score, "best_epoch": self.best_epoch, "history": self.history,
+              "train_seconds": self.train_seconds, "config_hash": self.cfg.config_hash(exclude_seed=False)}
+        if self.device.type == "cuda":
+            st["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        if self.swa is not None:
+            st["swa"] = self.swa.state_dict()
+        return st
+
+    def load_state(self) -> None:
+        st = load_verified(self.out / "state.pt", map_location=self.device)
+        if st.get("config_hash") != self.cfg.config_hash(exclude_seed=False):
+            raise ValueError(f"{self.out / 'state.pt'}: saved by another configuration; refusing to resume "
+                             "into it (use a fresh output folder)")
+        self.model.load_state_dict(st["model"])
+        self.opt.load_state_dict(st["opt"])
+        self.gen.set_state(st["gen"])
+        torch.set_rng_state(st["torch_rng"].cpu())
+        if "cuda_rng" in st and self.device.type == "cuda":
+            torch.cuda.set_rng_state(st["cuda_rng"].cpu(), self.device)
+        if self.swa is not None and "swa" in st:
+            self.swa.load_state_dict(st["swa"])
+        self.epoch, self.best_score, self.best_epoch = st["epoch"], st["best_score"], st["best_epoch"]
+        self.history, self.train_seconds = st["history"], st["train_seconds"]
+        self.log(f"resumed from {self.out / 'state.pt'} after epoch {self.epoch}")
+
+    def save(self, metrics: dict, selection: nn.Module, improved: bool) -> None:
+        if improved:
+            save_verified(self._weights(selection, "best", self.epoch, metrics), self.out / "best.pt")
+        last = self.swa.module if self._swa_active(self.epoch) else self.model
+        save_verified(self._weights(last, "last", self.epoch, metrics), self.out / "last.pt")
+        save_verified(self.state_dict(), self.out / "state.pt")  # last: it marks the epoch as done
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def epochs(self) -> Iterator[dict]:
+        """Train the remaining epochs; yield each epoch's metrics after its checkpoint is on disk."""
+        for epoch in range(self.epoch + 1, self.cfg.optim.epochs + 1):
+            metrics = {"epoch": epoch, **self.train_epoch(epoch)}
+            selection = self.selection_model(epoch)
+            if epoch % self.cfg.eval.val_every == 0 or epoch == self.cfg.optim.epochs:
+                metrics.update(self.validate(selection))
+            score = metrics.get("val/pgd10", -math.inf)
+            improved = score > self.best_score or self.best_epoch == 0
+            if improved:
+                self.best_score, self.best_epoch = score, epoch
+            metrics["val/best_pgd10"] = self.best_score
+            self.epoch = epoch
+            self.history.append(metrics)
+            self.save(metrics, selection, improved)
+            faults.maybe("after_checkpoint", epoch)
+            self.log(_progress(epoch, self.cfg.optim.epochs, metrics))
+            yield metrics
+
+    def fit(self) -> list[dict]:
+        return list(self.epochs())
+
+    def final_evaluation(self, checkpoints=("best", "last")) -> dict[str, dict]:
+        """The test protocol on the best and last checkpoints: {ckpt: {attack: {"acc", "protocol"}}}."""
+        from .evaluate import load_checkpoint_model
+
+        e = self.cfg.eval
+        n = len(self.arrays.x_test) if e.test_n is None else min(e.test_n, len(self.arrays.x_test))
+        x, y = to_float(self.arrays.x_test[:n]).to(self.device), self.arrays.y_test[:n].to(self.device)
+        subset = "full" if n == len(self.arrays.x_test) else f"first{n}"
+        results = {}
+        for kind in checkpoints:
+            model, _, _ = load_checkpoint_model(self.out / f"{kind}.pt", self.device)
+            results[kind] = evaluate_model(model, x, y, eps=self.cfg.eps, checkpoint=kind, pgd_steps=e.pgd_steps,
+                                           autoattack=e.autoattack, autoattack_n=e.autoattack_n,
+                                           batch_size=e.batch_size, subset=subset, log=self.log)
+        metrics, tags = flatten_results(results)
+        (self.out / "results.json").write_text(json.dumps({"metrics": metrics, "protocols": tags,
+                                                           "best_epoch": self.best_epoch}, indent=1))
+        return results
+
+
+def _progress(epoch: int, total: int, m: dict) -> str:
+    parts = [f"epoch {epoch}/{total}", f"loss {m.get('train/loss', float('nan')):.4f}",
+             f"eps_max {m['sched/eps_max']:.4f}", f"alpha {m['adv/alpha_mean']:.3f}"]
+    if "val/clean" in m:
+        parts += [f"val clean {m['val/clean']:.2f}", f"val pgd10 {m['val/pgd10']:.2f}"]
+    parts.append(f"{m['perf/epoch_seconds']:.1f}s ({m['perf/images_per_s']:.0f} img/s)")
+    return " | ".join(parts)
+
+
+def main(argv=None) -> int:
+    from .config import ConfigError, from_dict, parse_overrides, scale_epochs
+    from .presets import PRESETS, preset
+
+    ap = argparse.ArgumentParser(prog="python -m ssat.train", description="Train one SSAT-MBI configuration.")
+    ap.add_argument("--preset", default="mnist5k-ssat-mbi", help=f"one of: {', '.join(sorted(PRESETS))}")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="dotted overrides, e.g. method.beta=0.5")
+    ap.add_argument("--epochs", type=int, default=None, help="rescale every epoch number to N epochs")
+    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--out", default=None, help="output folder (default runs/<preset>-seed<seed>)")
+    ap.add_argument("--no-final-eval", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        d = preset(args.preset)
+        if args.epochs:
+            d = scale_epochs(d, args.epochs)
+        over = parse_overrides(args.set)
+        if args.data_root:
+            over["data.root"] = args.data_root
+        cfg = from_dict(d, over)
+    except (ConfigError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out or f"runs/{args.preset}-seed{cfg.seed}")
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg, out)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    trainer.fit()
+    print(f"training: {time.perf_counter() - t0:.1f}s, best epoch {trainer.best_epoch} "
+          f"(val pgd10 {trainer.best_score:.2f}%)")
+    if not args.no_final_eval:
+        res = trainer.final_evaluation()
+        for kind, per in res.items():
+            print(f"test [{kind}] " + "  ".join(f"{a} {r['acc']:.2f}%" for a, r in per.items()))
+    print(f"outputs in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Datasets in their on-disk formats, the split, augmentation, config validation and epoch scaling."""
+import numpy as np
+import pytest
+import torch
+
+from ssat.config import ConfigError, from_dict, scale_epochs
+from ssat.datasets import (DataError, augment, export_labeled_idx, import_labeled_idx, load_arrays, make_split)
+from ssat.presets import preset
+from tests.fakedata import WRITERS
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100", "svhn"])
+def test_loaders_read_torchvision_formats(tmp_path, name):
+    WRITERS[name](tmp_path)
+    a = load_arrays(name, str(tmp_path))
+    assert a.x_train.dtype == torch.uint8 and a.x_train.shape[1:] == (3, 32, 32)
+    assert a.y_train.min() >= 0 and a.y_train.max() < a.num_classes
+    assert len(a.x_test) in (100, 200)
+
+
+def test_svhn_label_10_is_digit_0(tmp_path):
+    WRITERS["svhn"](tmp_path)
+    a = load_arrays("svhn", str(tmp_path))
+    assert (a.y_train == 0).any() and a.y_train.max() == 9
+
+
+def test_missing_files_are_named(tmp_path):
+    with pytest.raises(DataError, match="missing cifar-10-batches-py/data_batch_1.*--download"):
+        load_arrays("cifar10", str(tmp_path))
+    with pytest.raises(DataError, match="data.root: not set"):
+        load_arrays("svhn", None)
+
+
+def test_mnist5k_embedded():
+    a = load_arrays("mnist5k")
+    assert a.x_train.shape == (4000, 1, 28, 28) and a.x_test.shape == (1000, 1, 28, 28)
+    assert torch.bincount(a.y_test).tolist() == [100] * 10
+    assert len(set(a.y_test[:50].tolist())) >= 8  # first-N subsets hold every class
+
+
+def test_split_balanced_disjoint_and_hashed():
+    y = load_arrays("mnist5k").y_train
+    s = make_split("mnist5k", y, split_seed=3)
+    assert len(s.labeled) == 100 and len(s.val) == 500
+    assert np.bincount(y[s.labeled].numpy(), minlength=10).tolist() == [10] * 10
+    assert not set(s.val) & set(s.labeled) and not set(s.val) & set(s.unlabeled)
+    assert not set(s.labeled) & set(s.unlabeled)
+    assert len(s.labeled) + len(s.val) + len(s.unlabeled) == 4000
+    assert s.hash == make_split("mnist5k", y, split_seed=3).hash
+    assert s.hash != make_split("mnist5k", y, split_seed=4).hash
+    inc = make_split("mnist5k", y, split_seed=3, unlabeled_includes_labeled=True)
+    assert set(s.labeled) <= set(inc.unlabeled) and np.array_equal(inc.val, s.val)
+
+
+def test_labeled_index_export_import(tmp_path):
+    y = load_arrays("mnist5k").y_train
+    s = make_split("mnist5k", y, split_seed=0)
+    export_labeled_idx(s, tmp_path / "idx.npy")
+    again = make_split("mnist5k", y, split_seed=0, labeled_idx=import_labeled_idx(tmp_path / "idx.npy"))
+    assert np.array_equal(again.labeled, s.labeled)
+    with pytest.raises(DataError, match="indices must lie in"):
+        make_split("mnist5k", y, split_seed=0, labeled_idx=np.array([0, 1, 50_000]))
+
+
+def test_augment_in_box_deterministic_and_varied():
+    x = torch.rand(16, 3, 32, 32)
+    a1 = augment(x, torch.Generator().manual_seed(0))
+    a2 = augment(x, torch.Generator().manual_seed(0))
+    assert torch.equal(a1, a2) and a1.shape == x.shape
+    assert a1.min() >= 0 and a1.max() <= 1
+    assert not torch.equal(a1, x)
+
+
+def test_config_errors_name_field_value_and_allowed():
+    with pytest.raises(ConfigError, match="unknown key 'method.bta'.*did you mean 'beta'"):
+        from_dict({"method": {"bta": 0.5}})
+    with pytest.raises(ConfigError, match=r"method.beta: 1.5 .*0 <= beta <= 1"):
+        from_dict({}, {"method.beta": 1.5})
+    with pytest.raises(ConfigError, match="attack.t: 120 is beyond the run"):
+        from_dict({}, {"attack.t": 120})
+    with pytest.raises(ConfigError, match="method.K: expected an integer"):
+        from_dict({}, {"method.K": "three"})
+
+
+def test_scale_epochs_rule_and_refusal():
+    d = scale_epochs(preset("cifar10-ssat-mbi"), 10)
+    assert d["optim"]["lr_milestones"] == [6, 7, 9] and d["attack"]["t"] == 7
+    assert d["method"]["rho_double_epoch"] == 8  # 75 * 10/100 = 7.5 -> round half up
+    from_dict(d)
+    with pytest.raises(ConfigError, match="collide after scaling"):
+        scale_epochs(preset("cifar10-ssat-mbi"), 3)
+
+
+def test_every_preset_validates():
+    from ssat.presets import PRESETS
+
+    for name in PRESETS:
+        from_dict(preset(name))
