@@ -1,0 +1,305 @@
+"""The cluster configs pass Ray's own schema and the project's rules; broken variants are caught.
+
+Ray's validation is the autoscaler's private prepare_config/validate_config (pinned Ray); the project's rules
+live in sweeps/cluster_check.py. Each negative case mutates a shipped config in one way and must fail.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeps import cluster_check
+from sweeps.cluster_check import default_targets, validate_cluster_yaml, validate_script
+
+REPO = Path(__file__).resolve().parents[2]
+AWS = REPO / "ray_cluster.yaml"
+LOCAL = REPO / "clusters" / "local.yaml"
+SBATCH = REPO / "clusters" / "slurm" / "ray_sweep.sbatch"
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def problems_of(config: dict, tmp_path: Path) -> list[str]:
+    """Validate a (mutated) config as if it sat at the repository root."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return validate_cluster_yaml(path, repo_root=REPO)
+
+
+def assert_caught(problems: list[str], *needles: str) -> None:
+    text = "\n".join(problems)
+    assert all(n in text for n in needles), f"expected {needles} among problems:\n{text or '(none)'}"
+
+
+def replace_in_commands(config: dict, key: str, old: str, new: str) -> dict:
+    config = copy.deepcopy(config)
+    config[key] = [c.replace(old, new) for c in config[key]]
+    return config
+
+
+# --- what ships passes -------------------------------------------------------------------------------------
+
+def test_the_repository_ships_the_cluster_files():
+    names = {p.relative_to(REPO).as_posix() for p in default_targets(REPO)}
+    assert {"ray_cluster.yaml", "clusters/local.yaml", "clusters/slurm/ray_sweep.sbatch",
+            "clusters/setup_node.sh", "clusters/start_mlflow.sh", "clusters/check_node.sh"} <= names
+
+
+@pytest.mark.parametrize("path", [p for p in default_targets(REPO)], ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_cluster_file_passes(path):
+    assert cluster_check.validate_path(path) == []
+
+
+def test_ray_itself_accepts_the_yamls_and_rejects_a_fractional_node_gpu():
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    for path in (AWS, LOCAL):
+        validate_config(prepare_config(load(path)))
+    bad = load(AWS)
+    bad["available_node_types"]["worker.gpu"]["resources"]["GPU"] = 0.5
+    with pytest.raises(Exception, match="not of type 'integer'"):
+        validate_config(prepare_config(bad))
+
+
+def test_the_lock_pins_the_ray_whose_private_api_validates():
+    import ray
+
+    assert f"ray=={ray.__version__}" in (REPO / "requirements.lock").read_text().split()
+
+
+def test_the_aws_config_says_what_the_issue_asks():
+    cfg = load(AWS)
+    assert cfg["provider"]["type"] == "aws"
+    head, worker = cfg["available_node_types"]["head.cpu"], cfg["available_node_types"]["worker.gpu"]
+    assert head["resources"]["GPU"] == 0 and worker["resources"]["GPU"] == 1
+    assert worker["min_workers"] == 0 and 0 < worker["max_workers"] <= cfg["max_workers"]
+    assert "IpPermissions" not in cfg["provider"]["security_group"]  # only SSH + intra-group
+    text = AWS.read_text()
+    assert "580.65.06" in text and "s3://" in text and "--dashboard-host=127.0.0.1" in text
+
+
+# --- negative cases: each must fail ------------------------------------------------------------------------
+
+def test_fractional_gpu_node_resource_fails(tmp_path):
+    cfg = load(AWS)
+    cfg["available_node_types"]["worker.gpu"]["resources"]["GPU"] = 0.5
+    assert_caught(problems_of(cfg, tmp_path), "ray schema", "GPU", "integer")
+
+
+def test_fractional_gpu_in_ray_start_fails(tmp_path):
+    cfg = replace_in_commands(load(LOCAL), "head_start_ray_commands", "--port=6379", "--port=6379 --num-gpus=0.5")
+    assert_caught(problems_of(cfg, tmp_path), "'0.5' is not an integer")
+
+
+def test_fractional_custom_resource_fails(tmp_path):
+    cfg = replace_in_commands(load(LOCAL), "head_start_ray_commands", "--port=6379",
+                              """--port=6379 --resources='{"worker_node": 0.5}'""")
+    assert_caught(problems_of(cfg, tmp_path), "worker_node=0.5")
+
+
+def test_mlflow_on_all_interfaces_without_allowed_hosts_fails(tmp_path):
+    cfg = load(AWS)
+    cfg["head_start_ray_commands"][0] = ("export RAY_AUTH_MODE=disabled; mlflow server --host 0.0.0.0 --port 5000 "
+                                         "--backend-store-uri sqlite:////home/ubuntu/mlflow.db")
+    assert_caught(problems_of(cfg, tmp_path), "--host 0.0.0.0` without --allowed-hosts")
+
+
+def test_mlflow_on_all_interfaces_with_allowed_hosts_passes(tmp_path):
+    cfg = load(AWS)
+    cfg["head_start_ray_commands"][0] = ("export RAY_AUTH_MODE=disabled; mlflow server --host 0.0.0.0 --port 5000 "
+                                         "--allowed-hosts 10.0.0.5:5000,localhost:5000")
+    assert [p for p in problems_of(cfg, tmp_path) if "mlflow" in p.lower()] == []
+
+
+def test_mlflow_allowing_any_host_fails(tmp_path):
+    cfg = load(AWS)
+    cfg["head_start_ray_commands"][0] = "export RAY_AUTH_MODE=disabled; mlflow server --host 0.0.0.0 --allowed-hosts '*'"
+    assert_caught(problems_of(cfg, tmp_path), "accepts any Host header")
+
+
+def test_start_mlflow_script_on_all_interfaces_fails(tmp_path):
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "--host private", "--host 0.0.0.0")
+    assert_caught(problems_of(cfg, tmp_path), "start_mlflow.sh --host 0.0.0.0")
+
+
+def test_no_mlflow_server_on_the_head_fails(tmp_path):
+    cfg = load(AWS)
+    cfg["head_start_ray_commands"] = cfg["head_start_ray_commands"][1:]
+    assert_caught(problems_of(cfg, tmp_path), "starts no MLflow tracking server")
+
+
+@pytest.mark.parametrize("key", ["head_start_ray_commands", "worker_start_ray_commands"])
+def test_missing_ray_auth_mode_fails(tmp_path, key):
+    cfg = replace_in_commands(load(AWS), key, "export RAY_AUTH_MODE=disabled;", "")
+    assert_caught(problems_of(cfg, tmp_path), key, "without RAY_AUTH_MODE")
+
+
+def test_default_start_commands_lack_ray_auth_mode(tmp_path):
+    cfg = load(LOCAL)
+    del cfg["head_start_ray_commands"], cfg["worker_start_ray_commands"]  # Ray's defaults fill them in
+    assert_caught(problems_of(cfg, tmp_path), "without RAY_AUTH_MODE")
+
+
+def test_bad_or_mixed_ray_auth_modes_fail(tmp_path):
+    cfg = replace_in_commands(load(AWS), "worker_start_ray_commands", "RAY_AUTH_MODE=disabled", "RAY_AUTH_MODE=token")
+    assert_caught(problems_of(cfg, tmp_path), "different RAY_AUTH_MODE values")
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "RAY_AUTH_MODE=disabled", "RAY_AUTH_MODE=off")
+    assert_caught(problems_of(cfg, tmp_path), "RAY_AUTH_MODE='off'")
+
+
+@pytest.mark.parametrize("command", [
+    "pip install 'ray[default]'",
+    "pip install -e ~/ssat-sweeps",
+    "python -m pip install --upgrade pip",
+    "~/ssat-venv/bin/pip install mlflow>=3",
+    "pip install -r requirements.txt -e .",
+])
+def test_unpinned_install_fails(tmp_path, command):
+    cfg = load(AWS)
+    cfg["setup_commands"] = [command]
+    assert_caught(problems_of(cfg, tmp_path), "not pinned")
+
+
+@pytest.mark.parametrize("command", [
+    "pip install -c ~/ssat-sweeps/requirements.lock -e ~/ssat-sweeps",
+    "pip install boto3==1.44.8",
+    "pip install -c ~/ssat-sweeps/requirements.lock mlflow",
+])
+def test_pinned_install_passes(tmp_path, command):
+    cfg = load(AWS)
+    cfg["setup_commands"] = [command]
+    assert problems_of(cfg, tmp_path) == []
+
+
+def test_unpinned_docker_image_fails(tmp_path):
+    cfg = load(AWS)
+    cfg["docker"] = {"image": "rayproject/ray-ml:latest", "container_name": "ray"}
+    assert_caught(problems_of(cfg, tmp_path), "docker.image", "not pinned")
+
+
+def test_default_dlami_fails(tmp_path):
+    cfg = load(AWS)
+    cfg["available_node_types"]["worker.gpu"]["node_config"]["ImageId"] = "latest_dlami"
+    assert_caught(problems_of(cfg, tmp_path), "ImageId", "580.65.06")
+
+
+def test_dashboard_on_all_interfaces_fails(tmp_path):
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "--dashboard-host=127.0.0.1",
+                              "--dashboard-host=0.0.0.0")
+    assert_caught(problems_of(cfg, tmp_path), "dashboard bound to 0.0.0.0")
+
+
+def test_node_local_storage_path_on_the_cloud_fails(tmp_path):
+    cfg = load(AWS)
+    for key in ("head_setup_commands", "worker_setup_commands"):
+        cfg = replace_in_commands(cfg, key, "s3://ssat-sweeps/ray_results", "/home/ubuntu/ray_results")
+    assert_caught(problems_of(cfg, tmp_path), "node-local path")
+
+
+def test_different_storage_paths_fail(tmp_path):
+    cfg = replace_in_commands(load(AWS), "worker_setup_commands", "s3://ssat-sweeps/ray_results", "s3://other/r")
+    assert_caught(problems_of(cfg, tmp_path), "different storage paths")
+
+
+def test_missing_paths_fail(tmp_path):
+    cfg = load(AWS)
+    cfg["file_mounts"]["~/extra"] = "does/not/exist"
+    cfg["head_setup_commands"].append("bash ~/ssat-sweeps/clusters/no_such_script.sh")
+    assert_caught(problems_of(cfg, tmp_path), "does/not/exist", "no_such_script.sh")
+
+
+def test_worker_type_must_scale_from_zero(tmp_path):
+    cfg = load(AWS)
+    cfg["available_node_types"]["worker.gpu"]["min_workers"] = 2
+    assert_caught(problems_of(cfg, tmp_path), "min_workers must be 0")
+
+
+def test_unreadable_yaml_fails(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("cluster_name: [unclosed\n")
+    assert_caught(validate_cluster_yaml(path, repo_root=REPO), "cannot read")
+
+
+# --- the sbatch template ------------------------------------------------------------------------------------
+
+def test_sbatch_template_is_valid_bash():
+    result = subprocess.run(["bash", "-n", str(SBATCH)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (optional lint)")
+def test_sbatch_template_and_scripts_pass_shellcheck():
+    scripts = [SBATCH, *sorted((REPO / "clusters").rglob("*.sh"))]
+    result = subprocess.run(["shellcheck", "-x", "-S", "warning", *map(str, scripts)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout
+
+
+def test_sbatch_sets_auth_and_shared_storage():
+    text = SBATCH.read_text()
+    assert "export RAY_AUTH_MODE=token" in text and "export SSAT_STORAGE_PATH=" in text
+    assert "ray job submit" in text and "#SBATCH --nodes=" in text
+
+
+def test_sbatch_syntax_error_fails(tmp_path):
+    bad = tmp_path / "bad.sbatch"
+    bad.write_text(SBATCH.read_text().replace("done\n", "", 1))
+    assert_caught(validate_script(bad, repo_root=REPO), "bash -n")
+
+
+def test_sbatch_without_auth_mode_fails(tmp_path):
+    bad = tmp_path / "noauth.sbatch"
+    bad.write_text(SBATCH.read_text().replace("export RAY_AUTH_MODE=token", "true"))
+    assert_caught(validate_script(bad, repo_root=REPO), "RAY_AUTH_MODE is not exported")
+
+
+def test_sbatch_naming_a_missing_script_fails(tmp_path):
+    bad = tmp_path / "missing.sbatch"
+    bad.write_text(SBATCH.read_text().replace("clusters/start_mlflow.sh", "clusters/gone.sh"))
+    assert_caught(validate_script(bad, repo_root=REPO), "clusters/gone.sh")
+
+
+# --- the module and its CLI -----------------------------------------------------------------------------------
+
+def test_cluster_check_does_not_import_torch():
+    code = "import sys, sweeps.cluster_check as c; c.validate_path(sys.argv[1]); assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code, str(AWS)], check=True, cwd=REPO)
+
+
+def test_cli_exit_codes(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "sweeps.cluster_check", str(AWS), str(SBATCH)],
+                        capture_output=True, text=True, cwd=REPO)
+    assert ok.returncode == 0, ok.stdout
+    bad_cfg = load(AWS)
+    bad_cfg["available_node_types"]["worker.gpu"]["resources"]["GPU"] = 0.25
+    (tmp_path / "pyproject.toml").write_text("")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(bad_cfg))
+    failed = subprocess.run([sys.executable, "-m", "sweeps.cluster_check", str(bad)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert failed.returncode == 1 and "FAIL" in failed.stdout and "integer" in failed.stdout
+
+
+def test_stage_data_manifest_round_trip(tmp_path):
+    root = tmp_path / "data"
+    (root / "cifar10").mkdir(parents=True)
+    (root / "cifar10" / "train.bin").write_bytes(b"\x01" * 1000)
+    script = [sys.executable, str(REPO / "clusters" / "stage_data.py")]
+    subprocess.run([*script, "manifest", str(root)], check=True, capture_output=True)
+    assert subprocess.run([*script, "verify", str(root)], capture_output=True).returncode == 0
+    copy_root = tmp_path / "copy"
+    subprocess.run([*script, "pull", str(root), str(copy_root)], check=True, capture_output=True)
+    (root / "cifar10" / "train.bin").write_bytes(b"\x02" * 1000)
+    broken = subprocess.run([*script, "verify", str(root)], capture_output=True, text=True)
+    assert broken.returncode == 1 and "sha256 differs" in broken.stderr
+    assert subprocess.run([*script, "verify", str(copy_root)], capture_output=True).returncode == 0
+    assert subprocess.run([*script, "verify", str(tmp_path / "nowhere")], capture_output=True).returncode == 1
