@@ -78,8 +78,7 @@ def _reads(run: dict, spec: Spec, opts: Options) -> bool:
     kind = value(run, "meta.kind") or "trial"
     if kind not in ("trial", "teacher") or not _stage_ok(run, opts):
         return False
-    wanted = "main" if spec.name == "training-time" else spec.name
-    return opts.any_tag or value(run, "meta.table") == wanted
+    return opts.any_tag or value(run, "meta.table") == (spec.reads_tag or spec.name)
 
 
 def select_runs(runs: pd.DataFrame, spec: Spec, opts: Options) -> pd.DataFrame:
@@ -113,9 +112,8 @@ def _attach_teachers(sel: pd.DataFrame) -> pd.DataFrame:
 
 def _no_runs_message(runs: pd.DataFrame, spec: Spec, opts: Options) -> str:
     tags = sorted({str(t) for t in runs.get("meta.table", pd.Series(dtype=object)).dropna()})
-    wanted = "main" if spec.name == "training-time" else spec.name
-    how = "" if opts.any_tag else f" tagged ssat.table={wanted} (tags seen: {', '.join(tags) or 'none'}; " \
-                                  "--any-tag keys rows on the params of every run)"
+    how = "" if opts.any_tag else (f" tagged ssat.table={spec.reads_tag or spec.name} (tags seen: "
+                                   f"{', '.join(tags) or 'none'}; --any-tag keys rows on the params of every run)")
     stages = "every stage but 'search'" if opts.stages is None else ", ".join(opts.stages)
     return (f"table {spec.name!r}: none of the {len(runs)} runs is a finished run of this table{how}, "
             f"stages: {stages}")
@@ -177,16 +175,17 @@ def run_values(sel: pd.DataFrame, spec: Spec, opts: Options) -> tuple[pd.DataFra
 
 
 def _dedupe(values: pd.DataFrame) -> tuple[pd.DataFrame, list[dict]]:
-    """Keep one run per (cell, configuration, seed): the one that started last."""
+    """Keep one run per (cell, configuration, seed): the one that started last. Runs without a seed stay."""
     if values.empty:
         return values, []
     key = ["group", "row", "column", "config_hash", "seed"]
     order = values.assign(_t=values["start_time"].astype(float).fillna(-math.inf)).sort_values("_t", kind="stable")
-    dup = order.duplicated(key, keep="last")
-    latest = order[~dup].set_index(key)["run_id"]
-    dropped = [{"run_id": r.run_id, "group": r.group, "row": r.row, "column": r.column,
-                "reason": f"same configuration and seed as run {latest.loc[tuple(getattr(r, k) for k in key)]}"}
-               for r in order[dup].itertuples()]
+    dup = order.duplicated(key, keep="last") & order["seed"].notna()
+    keys = [tuple(None if pd.isna(x) else x for x in k) for k in order[key].itertuples(index=False, name=None)]
+    kept = {k: rid for k, rid, d in zip(keys, order["run_id"], dup) if not d}
+    dropped = [{"run_id": rid, "group": k[0], "row": k[1], "column": k[2],
+                "reason": f"same configuration and seed as run {kept[k]}"}
+               for k, rid, d in zip(keys, order["run_id"], dup) if d]
     return order[~dup].drop(columns="_t").sort_index(), dropped
 
 
@@ -196,7 +195,7 @@ def _natural(label: str) -> tuple:
     return tuple((0, float(p), "") if re.fullmatch(r"-?\d+(?:\.\d+)?", p) else (1, 0.0, p) for p in parts if p)
 
 
-def layout(spec: Spec, values: pd.DataFrame, sel: pd.DataFrame) -> tuple[list[str], list[tuple], list]:
+def layout(spec: Spec, sel: pd.DataFrame) -> tuple[list[str], list[tuple], list]:
     """(groups, blocks, baselines): the paper's rows and groups first, then those found only in runs."""
     found_rows = list(dict.fromkeys(sel["row"]))
     known = {r for b in spec.blocks for r in b}
@@ -269,10 +268,11 @@ def mark(cells: pd.DataFrame, spec: Spec, blocks, baselines, opts: Options) -> p
     cells["missing_seeds"] = (cells["n"] > 0) & (cells["n"] < cells["expected_seeds"])
     cells["p_value"] = math.nan
     cells["not_significant"] = False
-    decimals = {c.key: c.decimals for c in spec.columns}
+    columns = {c.key: c for c in spec.columns}
     for (_, b, col), part in cells.groupby(["group", "block", "column"], sort=False):
-        _rank(cells, part, spec, decimals[col])
-        _test(cells, part, spec, baselines[b], opts.alpha)
+        _rank(cells, part, spec, columns[col].decimals)
+        if columns[col].tested:
+            _test(cells, part, spec, baselines[b], opts.alpha)
     return cells
 
 
@@ -317,11 +317,18 @@ def _drop_empty_columns(spec: Spec, cells: pd.DataFrame, excluded: pd.DataFrame,
     return keep, notes
 
 
-def _notes(spec: Spec, cells: pd.DataFrame, values: pd.DataFrame, opts: Options) -> list[str]:
+def _protocol_note(spec: Spec, opts: Options) -> str:
     p = opts.protocol()
-    notes = [f"Cells: mean over seeds (sample standard deviation, ddof=1). Protocol: checkpoint {p.checkpoint} "
-             f"(FixMatch: teacher), {p.precision}, eps 8/255 (MNIST: 0.3), L-inf, PGD step eps/10, "
-             f"{p.restarts} restart, full test set{' (or a labelled subset)' if p.allow_subset else ''}."]
+    if all(c.kind == "time" for c in spec.columns):
+        return (f"Cells: mean over seeds (sample standard deviation, ddof=1) of runs trained in {p.precision} "
+                f"and tagged for the {spec.reads_tag or spec.name} table.")
+    return (f"Cells: mean over seeds (sample standard deviation, ddof=1). Protocol: checkpoint {p.checkpoint} "
+            f"(FixMatch: teacher), {p.precision}, eps 8/255 (MNIST: 0.3), L-inf, PGD step eps/10, "
+            f"{p.restarts} restart, full test set{' (or a labelled subset)' if p.allow_subset else ''}.")
+
+
+def _notes(spec: Spec, cells: pd.DataFrame, values: pd.DataFrame, opts: Options) -> list[str]:
+    notes = [_protocol_note(spec, opts)]
     if cells["missing_seeds"].any():
         notes.append(f"{MARKS['missing']} fewer seeds than the sweep asked for.")
     if cells["not_significant"].any():
@@ -356,8 +363,9 @@ def _detail_note(spec: Spec, sel: pd.DataFrame, values: pd.DataFrame) -> list[st
 def _paper_notes(spec: Spec, sel: pd.DataFrame) -> list[str]:
     epochs = sorted({int(e) for e in sel.get("param.epochs", pd.Series(dtype=float)).dropna()})
     found = f" Our runs: {', '.join(map(str, epochs))} epochs." if epochs else ""
+    timing = all(c.kind == "time" for c in spec.columns)
     return [f"Paper values from {spec.paper} of the SSAT-MBI paper (CVPR 2025); '—' where it has none.",
-            *paper.PROTOCOL_DIFFERENCES,
+            *(paper.TIME_DIFFERENCES if timing else paper.PROTOCOL_DIFFERENCES),
             "Training length: the paper trains 100 epochs (120 or 200 for the AWR variants)." + found]
 
 
@@ -370,7 +378,7 @@ def build(runs: pd.DataFrame, spec: Spec, opts: Options = Options()) -> TableRes
         reasons = excluded["reason"].value_counts().head(5)
         extra = "; left out: " + "; ".join(f"{n} x {r}" for r, n in reasons.items()) if len(reasons) else ""
         raise TableError(_no_runs_message(runs, spec, opts) + extra)
-    groups, blocks, baselines = layout(spec, values, sel[sel["run_id"].isin(values["run_id"])])
+    groups, blocks, baselines = layout(spec, sel[sel["run_id"].isin(values["run_id"])])
     cells = mark(summarize(values, spec, groups, blocks, opts), spec, blocks, baselines, opts)
     columns, dropped_notes = _drop_empty_columns(spec, cells, excluded, opts)
     cells = cells[cells["column"].isin([c.key for c in columns])].reset_index(drop=True)

@@ -16,6 +16,7 @@ stored as numbers, booleans as booleans and the string ``"None"`` as missing, wh
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -198,19 +199,85 @@ def _is_metric(key: str, value) -> bool:
     return numeric and key.startswith(HISTORY_PREFIXES + FINAL_PREFIXES)
 
 
+def _nested_with(base: dict, dotted: dict) -> dict:
+    """A search trial's config: the sweep's base config with the sampled 'section.key' values set."""
+    cfg = json.loads(json.dumps(base))
+    for key, v in dotted.items():
+        section, name = key.split(".", 1)
+        cfg.setdefault(section, {})[name] = v
+    return cfg
+
+
+# Where data and resources live: not part of what is trained (mirrors ssat.config.LOCATION_FIELDS).
+LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device"), ("system", "threads"),
+                   ("system", "cuda_memory_fraction"))
+
+
+def config_hash(cfg: dict) -> str:
+    """``ssat.config.Config.config_hash`` of a complete nested config, recomputed without importing ssat
+    (the config without seed and locations, sha256, 12 hex); a unit test keeps the two recipes equal."""
+    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in cfg.items() if k != "seed"}
+    for section, key in LOCATION_FIELDS:
+        (d.get(section) or {}).pop(key, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def flat_params(cfg: dict) -> dict:
+    """A nested run config -> the flat parameters every tracked run carries (docs/tracking.md)."""
+    def get(section, key):
+        return (cfg.get(section) or {}).get(key)
+    dataset, eps = get("data", "dataset"), get("attack", "eps")
+    if eps is None and dataset:
+        eps = 0.3 if str(dataset).startswith("mnist") else 8 / 255
+    return {"method": get("method", "name"), "schedule": get("attack", "schedule"), "t": get("attack", "t"),
+            "gamma": get("attack", "gamma"), "eps": eps, "rho0": get("method", "rho0"),
+            "rho_double_epoch": get("method", "rho_double_epoch"), "beta": get("method", "beta"),
+            "tau": get("method", "tau"), "K": get("method", "K"), "lambda": get("method", "lam"),
+            "interpolate": get("method", "interpolate"), "seed": cfg.get("seed"),
+            "split_seed": get("data", "split_seed"), "dataset": dataset, "model": get("model", "name"),
+            "precision": get("system", "precision"), "epochs": get("optim", "epochs")}
+
+
+def ray_trial_config(spec: dict) -> tuple[dict, dict]:
+    """params.json of a trial -> (meta, flat params).
+
+    Takes the contract's ``{"meta", "params"}`` and what the sweeps' trainable is actually given: a grid
+    trial ``{"trial": {"meta", "cfg"}}``, a confirm trial ``{"meta", "cfg"}``, a search trial
+    ``{"meta", "base", "<section.key>": sampled, ...}``. From a nested config the flat params and the
+    config hash are derived as the tracker derives them.
+    """
+    spec = spec.get("trial", spec)
+    meta = {k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in spec.get("meta", {}).items()}
+    if "params" in spec:
+        return meta, dict(spec["params"])
+    cfg = spec.get("cfg") or _nested_with(spec.get("base", {}), {k: v for k, v in spec.items() if "." in k})
+    if "seed" not in cfg and "seed" in meta:
+        cfg = {**cfg, "seed": meta["seed"]}
+    meta.setdefault("config_hash", config_hash(cfg))
+    meta.setdefault("seed", cfg.get("seed"))
+    return meta, flat_params(cfg)
+
+
+def _ray_status(results: list[dict], rec: dict) -> str:
+    last = results[-1] if results else {}
+    if last.get("failed_reason"):
+        return f"FAILED: {last['failed_reason']}"
+    done = any(k.startswith("metric.test/") for k in rec) or bool(last.get("done"))
+    return "FINISHED" if done else "INCOMPLETE"
+
+
 def _ray_record(trial: Path, root: Path) -> dict:
-    spec = json.loads((trial / "params.json").read_text())
+    meta, params = ray_trial_config(json.loads((trial / "params.json").read_text()))
     results = _read_results(trial / "result.json")
     rec = {"run_id": str(trial.relative_to(root)), "experiment": root.name, "source": "ray",
            "run_name": trial.name, "start_time": math.nan, "parent_run_id": None}
-    rec.update({"meta." + k: v for k, v in spec.get("meta", {}).items()})
-    rec.update({"param." + k: v for k, v in spec.get("params", {}).items()})
+    rec.update({"meta." + k: v for k, v in meta.items()})
+    rec.update({"param." + k: v for k, v in params.items()})
     for line in results:  # later lines overwrite: the last reported value, as MLflow keeps it
         rec.update({"metric." + k: v for k, v in line.items() if _is_metric(k, v)})
         rec.update({"protocol." + k[len("protocol/"):]: v for k, v in line.items() if k.startswith("protocol/")})
     rec.setdefault("meta.kind", "trial")
-    finished = any(k.startswith("metric.test/") for k in rec) or bool(results and results[-1].get("done"))
-    rec.setdefault("meta.status", "FINISHED" if finished else "RUNNING")
+    rec.setdefault("meta.status", _ray_status(results, rec))
     return rec
 
 

@@ -28,6 +28,11 @@ PROTOCOL_DIFFERENCES = (
     "PGD: both evaluate with step eps/10, a uniform random start and one restart, in fp32.",
 )
 
+TIME_DIFFERENCES = (
+    "Hardware: the paper's times come from its own GPUs; ours from the machines that ran the sweep, so "
+    "compare the ratios between methods rather than the hours.",
+)
+
 _DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "svhn": "SVHN", "mnist5k": "MNIST-5k"}
 _MODEL_NAMES = {"wrn": "WideResNet", "resnet": "ResNet"}
 

@@ -9,7 +9,8 @@ tables (Tables 2 and 4) the row is (global epsilon schedule family, interpolatio
 Linear-60 and "Cur." Curious-(1.25,70), but a shortened run (e.g. the MNIST-5k demo) scales ``t``, so
 the family, not the exact ``t``, picks the row; a cell that mixes configurations says so in a note.
 For Table 3 ``t`` is mapped back to the paper's 100-epoch budget (the inverse of
-``ssat.config.scale_epochs``), so a 10-epoch Linear-6 run is the Linear-60 row.
+``ssat.config.scale_epochs``), so a 10-epoch Linear-6 run is the Linear-60 row; where that is ambiguous
+(t=4 of 6 epochs scales from both 60 and 70) the row says what ran: ``Linear-4/6ep``.
 
 Which runs a table reads is decided by the ``ssat.table`` tag (the sweep spec's declaration; see
 `analysis.cells.select_runs`), and by the population each ``row_of`` accepts (e.g. the ablation is
@@ -32,6 +33,7 @@ class Column:
     label: str
     kind: str = "acc"       # 'acc': a protocol-checked test accuracy; 'time': from time/* metrics
     decimals: int = 2
+    tested: bool = True     # Welch's test against the baseline row (not for a fixed setting like epochs)
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Spec:
     group_of: Callable[[Mapping], str | None] = lambda run: dataset_group(run)
     default_seeds: int = 3                       # seeds the paper ran, when a run does not say
     extra_rows_baseline: str | None = None       # baseline of rows found only in the runs
+    reads_tag: str = ""                          # the ssat.table tag of its runs ("": its own name)
     detail_of: Callable[[Mapping], str | None] | None = None  # what a row label stands for in a run
     paper_detail: str = ""                       # what the paper's row labels stand for
 
@@ -125,14 +128,13 @@ def ablation_row(run: Mapping, method: str) -> str | None:
 
 
 def paper_t(t, epochs, base: int = 100, candidates=(50, 60, 70)) -> str:
-    """A schedule's t as the paper writes it: runs shortened by ``scale_epochs`` map back to 50/60/70."""
+    """A schedule's t as the paper writes it: a run shortened by ``scale_epochs`` maps back to the one
+    paper value that scales to its t; when none or several do, 't/<epochs>ep' says what was run."""
     t = int(t)
     if epochs is None or int(epochs) == base:
         return str(t)
-    for c in candidates:
-        if max(1, math.floor(c * int(epochs) / base + 0.5)) == t:
-            return str(c)
-    return f"{t}/{int(epochs)}ep"
+    found = [c for c in candidates if max(1, math.floor(c * int(epochs) / base + 0.5)) == t]
+    return str(found[0]) if len(found) == 1 else f"{t}/{int(epochs)}ep"
 
 
 def paper_epochs(run: Mapping) -> int:
@@ -205,7 +207,7 @@ def ablation_cells(row: str) -> tuple[str, str]:
 ACC5 = (Column("clean", "Clean"), Column("pgd10", "PGD-10"), Column("pgd20", "PGD-20"),
         Column("pgd40", "PGD-40"), Column("autoattack", "AutoAttack"))
 ACC3 = (ACC5[0], ACC5[2], ACC5[4])
-TIME = (Column("epochs", "Epochs", "time", 0), Column("hours", "Time (hrs)", "time"),
+TIME = (Column("epochs", "Epochs", "time", 0, tested=False), Column("hours", "Time (hrs)", "time"),
         Column("min_per_epoch", "Time/epoch (min)", "time"))
 ABLATION_ROWS = ("none|no-int", "Lin.|no-int", "Cur.|no-int", "none|int", "Lin.|int", "Cur.|int")
 SCHEDULE_ROWS = ("Const", "Linear-50", "Linear-60", "Linear-70", "Curious-(1.25,50)", "Curious-(1.25,60)",
@@ -238,9 +240,9 @@ SPECS: dict[str, Spec] = {s.name: s for s in (
     Spec("rho-sensitivity", "Fig. 5", "SSAT-MBI with varying initial rho (doubled at epoch 75 of 100)",
          ACC3, sweep_row("rho0"), emphasis="bold", label_headers=("rho0",),
          label_cells=lambda r: (r.split("=", 1)[1],), group_of=rho_group, extra_rows_baseline="rho0=0.05"),
-    Spec("training-time", "Table 5", "Average training time (fp32 training)", TIME, method_row,
+    Spec("training-time", "Table 5", "Average training time of the main-table runs (fp32 training)", TIME, method_row,
          blocks=(("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),
-         baselines=("RST", "SRST-AWR"), emphasis="none"),
+         baselines=("RST", "SRST-AWR"), emphasis="none", reads_tag="main"),
 )}
 
 

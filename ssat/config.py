@@ -161,9 +161,14 @@ class Config:
         return dict(_flatten(self.to_dict()))
 
     def config_hash(self, exclude_seed: bool = True) -> str:
+        """12 hex chars identifying what is trained. Locations and resources (data.root, data.teacher_dir,
+        system.device/threads/cuda_memory_fraction) are left out: moving the data or changing a GPU share
+        does not make another experiment."""
         d = self.to_dict()
         if exclude_seed:
             d.pop("seed")
+        for section, key in LOCATION_FIELDS:
+            d[section].pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
@@ -190,6 +195,8 @@ class Config:
         }
 
 
+LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device"), ("system", "threads"),
+                   ("system", "cuda_memory_fraction"))
 DATASET_EPS = {"mnist5k": 0.3, "cifar10": 8 / 255, "cifar100": 8 / 255, "svhn": 8 / 255}
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "seed"}
 

@@ -5,6 +5,7 @@ split they belong to; `check_pseudo_labels` refuses a file of another split or a
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +30,11 @@ class TeacherOutputs:
         return torch.softmax(self.logits.float() / temperature, dim=1)
 
     def save(self, path: str | Path) -> None:
+        # Provenance goes through JSON so only plain types reach the file (weights_only loading refuses
+        # objects such as torch's TorchVersion string).
+        prov = json.loads(json.dumps(self.provenance, default=str))
         save_verified({"logits": self.logits, "split_hash": self.split_hash, "model_name": self.model_name,
-                       "model_state": self.model_state, "provenance": self.provenance}, path)
+                       "model_state": self.model_state, "provenance": prov}, path)
 
 
 def load_teacher_outputs(path: str | Path, *, split_hash: str, n_unlabeled: int, num_classes: int) -> TeacherOutputs:

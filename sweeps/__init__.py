@@ -1,0 +1,1 @@
+"""Ray Tune + Optuna sweeps of the `ssat` trainer, tracked in MLflow. CLI: python -m sweeps --help"""

@@ -21,7 +21,9 @@ Scripts get ``bash -n``, ``shellcheck`` when installed, and the pin / MLflow / a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import io
 import json
 import logging
 import re
@@ -197,15 +199,18 @@ def ray_schema_problems(config: dict) -> tuple[list[str], dict | None]:
     levels = [lg.level for lg in quiet]
     for lg in quiet:
         lg.setLevel(logging.WARNING)
+    chatter = io.StringIO()  # Ray's cli_logger prints (e.g. a docker-only note on single-file mounts)
     try:
-        prepared = prepare_config(copy.deepcopy(config))
-        validate_config(prepared)
+        with contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
+            prepared = prepare_config(copy.deepcopy(config))
+            validate_config(prepared)
         return [], prepared
     except jsonschema.ValidationError as err:
         at = "/".join(str(p) for p in err.absolute_path) or "(top)"
         return [f"ray schema: {at}: {err.message}"], None
     except (Exception, SystemExit) as err:  # cli_logger.abort raises click exceptions / SystemExit
-        return [f"ray schema: {type(err).__name__}: {err}"], None
+        said = " ".join(chatter.getvalue().split())[-300:]
+        return [f"ray schema: {type(err).__name__}: {err} {said}".rstrip()], None
     finally:
         for lg, level in zip(quiet, levels):
             lg.setLevel(level)

@@ -54,7 +54,7 @@ def protocol(attack, eps, n, subset="full", precision="fp32"):
     return json.dumps(rec, separators=(",", ":"))
 
 
-def trial(sweep, table, seed, params, finals, protocols, epochs=3, expected=3, kind="trial", ckpt="best"):
+def trial(sweep, table, seed, params, finals, protocols, epochs=10, expected=3, kind="trial", ckpt="best"):
     """One run as the contract describes it: meta (tags), flat params, per-epoch history, final metrics."""
     cfg = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
     meta = {"kind": kind, "sweep": sweep, "stage": "demo", "table": table, "seed": seed,
@@ -161,7 +161,7 @@ def server(tmp_path_factory):
 
 def log_sweep(client, name, trials):
     """A sweep experiment: the parent run, then one nested child (or teacher) run per trial."""
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
 
     exp = client.create_experiment(name)
     parent = client.create_run(exp, tags={"ssat.kind": "sweep", "ssat.sweep": name}, run_name=name)
@@ -180,13 +180,30 @@ def log_sweep(client, name, trials):
         client.set_terminated(run)
 
 
-def write_ray_folder(root: Path, trials) -> Path:
-    """The same trials as a Ray Tune results folder: params.json + result.json per trial."""
+def nested_config(params: dict) -> dict:
+    """The flat params back as the nested config the sweeps' trainable gets (``cfg`` in params.json)."""
+    p = params
+    return {"seed": p["seed"], "data": {"dataset": p["dataset"], "split_seed": p["split_seed"]},
+            "model": {"name": p["model"]}, "optim": {"epochs": p["epochs"]}, "system": {"precision": p["precision"]},
+            "method": {"name": p["method"], "lam": p["lambda"], "beta": p["beta"], "interpolate": p["interpolate"],
+                       "rho0": p["rho0"], "rho_double_epoch": p["rho_double_epoch"], "tau": p["tau"], "K": p["K"]},
+            "attack": {"eps": p["eps"], "schedule": p["schedule"], "t": p["t"], "gamma": p["gamma"]}}
+
+
+def write_ray_folder(root: Path, trials, layout: str = "contract") -> Path:
+    """The same trials as a Ray Tune results folder: params.json + result.json per trial.
+
+    layout 'contract': {"meta", "params"} (docs/tracking.md); 'grid': {"trial": {"meta", "cfg"}}, what the
+    sweeps' grid trainable is given.
+    """
     for i, t in enumerate(trials):
         d = root / f"trainable_{i:05d}_{i}"
         d.mkdir(parents=True)
-        (d / "params.json").write_text(json.dumps({"meta": t["meta"], "params": t["params"]}))
-        lines = [{**h, "training_iteration": e} for e, h in enumerate(t["history"], 1)]
+        meta = {k: v for k, v in t["meta"].items() if layout == "contract" or k != "config_hash"}
+        spec = ({"meta": meta, "params": t["params"]} if layout == "contract"
+                else {"trial": {"meta": meta, "cfg": nested_config(t["params"])}})
+        (d / "params.json").write_text(json.dumps(spec))
+        lines = [{**h, "epoch": e, "training_iteration": e, "repro_json": "{}"} for e, h in enumerate(t["history"], 1)]
         lines[-1].update(t["finals"], **t["protocols"], done=True)
         (d / "result.json").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return root
@@ -248,7 +265,8 @@ def test_ablation_cells_in_every_format(logged):
     latex = render_table(runs, "ablation", "latex")
     assert rf"\textbf{{{cur['mean']:.2f}}} ({cur['std']:.2f})" in latex
     assert r"\multicolumn{4}{c}{MNIST-5k (cnn-small)}" in latex
-    assert "Lin. = Linear-60" in md and "AutoAttack left out" in md
+    assert "Glo. in these runs: Cur. = Curious-(1.25,70), Lin. = Linear-60 (paper" in md
+    assert "AutoAttack left out" in md
 
 
 def test_a_run_with_another_protocol_is_left_out(logged):
@@ -265,8 +283,12 @@ def test_a_run_with_another_protocol_is_left_out(logged):
 def test_subset_admitted_and_labelled(logged):
     runs = load_runs(["abl-demo"], tracking_uri=logged)
     md = render_table(runs, "ablation", "md", allow_subset=True)
-    aa = expected_cells()[("Cur.|int", "autoattack")]
-    assert f"{fmt(aa)}‡§" in md or f"**{aa['mean']:.2f}** ({aa['std']:.2f})‡§" in md
+    exp = expected_cells()
+    aa, base = exp[("Cur.|int", "autoattack")], exp[("none|no-int", "autoattack")]
+    best = max(v["mean"] for (r, c), v in exp.items() if c == "autoattack")
+    p = stats.ttest_ind(aa["values"], base["values"], equal_var=False).pvalue
+    text = fmt(aa, bold=round(aa["mean"], 2) == round(best, 2)) + ("‡" if p >= 0.05 else "") + "§"
+    assert f"| Cur. | ✓ | {fmt(exp[('Cur.|int', 'clean')])}" in md and f"| {text} |" in md
     assert "test subset (first200)" in md
 
 
@@ -285,9 +307,10 @@ def test_baselines_from_other_experiments(logged):
     assert f"**{statistics.mean(pgd['ssat-mbi']):.2f}** ({statistics.stdev(pgd['ssat-mbi']):.2f}){mark} |" in md
 
 
-def test_ray_results_folder_gives_the_same_table(logged, tmp_path):
+@pytest.mark.parametrize("layout", ["contract", "grid"])
+def test_ray_results_folder_gives_the_same_table(logged, tmp_path, layout):
     from_mlflow = load_runs(["abl-demo"], tracking_uri=logged)
-    folder = write_ray_folder(tmp_path / "abl-demo", ablation_trials())
+    folder = write_ray_folder(tmp_path / "abl-demo", ablation_trials(), layout)
     from_ray = load_ray_runs(folder)
     for fmt_ in ("md", "latex", "csv"):
         for opts in ({}, {"allow_subset": True, "compare_paper": True}):
@@ -332,14 +355,14 @@ def test_export_cli_parquet(logged, tmp_path):
     assert len(runs) == 18  # the trials, not the sweep's parent run
     assert pd.api.types.is_float_dtype(runs["param.eps"]) and pd.api.types.is_integer_dtype(runs["param.seed"])
     assert pd.api.types.is_bool_dtype(runs["param.interpolate"]) and pd.api.types.is_float_dtype(runs["metric.test/best/clean"])
-    assert len(hist) == 18 * 3 * 8 and set(hist["step"]) == {1, 2, 3}
+    assert len(hist) == 18 * 10 * 8 and set(hist["step"]) == set(range(1, 11))
 
 
 def test_curves_plot_from_mlflow_history(logged, tmp_path):
     runs = load_runs(["abl-demo"], tracking_uri=logged)
     hist = load_history(runs, tracking_uri=logged)
     one = hist[(hist["key"] == "sched/lr")].groupby("run_id").size()
-    assert (one == 3).all() and len(one) == 18
+    assert (one == 10).all() and len(one) == 18
     fig = build_figure(runs, hist, "curves")
     assert len(fig.axes[0].get_lines()) == 2 * 6  # 6 configurations (the bf16 run shares one), clean + pgd10
     path = plot_figure(runs, hist, "curves", tmp_path / "curves.png")

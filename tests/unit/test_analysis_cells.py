@@ -282,6 +282,14 @@ def test_tag_stage_status_and_duplicate_rules():
     assert sorted(cell(wide, "none|no-int", "clean")["values"]) == [10.0, 11.0, 80.0, 81.0]
 
 
+def test_a_cell_mixing_configurations_says_so():
+    recs = [run({"clean": 80.0 + i}, seed=i, schedule="linear", t=t, interpolate=True) for i, t in enumerate((50, 60))]
+    res = build_table(frame(*recs), "ablation")
+    assert cell(res, "Lin.|int", "clean")["n"] == 2
+    assert any(n.startswith("Cell cifar10/wrn-28-5 / Lin.|int mixes 2 configurations") for n in res.notes)
+    assert "Lin. = Linear-50 / Linear-60" in " ".join(res.notes)
+
+
 def test_unknown_table_lists_the_valid_ones():
     with pytest.raises(ValueError, match="valid tables: main, ablation, schedules, awr-ablation"):
         build_table(frame(run({"clean": 1.0})), "tabel-2")
@@ -308,6 +316,7 @@ def test_training_time_cells_and_precision_filter():
     assert "bf16" in " ".join(res.excluded["reason"])
     md = render_table(frame(*recs), "training-time", "md")
     assert "| RST | 100 | 4.90 (0.10) | 2.94 (0.06) |" in md
+    assert "| SSAT-MBI | 100† | 5.05 (0.07)†" in md  # a fixed setting (epochs) is never Welch-tested
 
 
 def test_rho_sensitivity_has_the_four_settings_as_groups():

@@ -4,7 +4,9 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.collect import SourceError, load_ray_history, load_ray_runs, runs_frame, typed
+import hashlib
+
+from analysis.collect import SourceError, load_ray_history, load_ray_runs, ray_trial_config, runs_frame, typed
 from analysis.export import export
 
 
@@ -101,3 +103,42 @@ def test_export_keeps_numbers_as_numbers(ray_dir, tmp_path, fmt):
     assert pd.api.types.is_integer_dtype(back["param.t"]) and pd.api.types.is_float_dtype(back["param.beta"])
     assert pd.api.types.is_bool_dtype(back["param.interpolate"])
     assert pd.api.types.is_integer_dtype(h["step"]) and pd.api.types.is_float_dtype(h["value"])
+
+
+NESTED = {"seed": 1, "data": {"dataset": "mnist5k", "split_seed": 0}, "model": {"name": "cnn-small"},
+          "method": {"name": "ssat-mbi", "lam": 8.0, "beta": 0.4, "interpolate": True, "rho0": 0.05,
+                     "rho_double_epoch": None, "tau": 2.0, "K": 3},
+          "attack": {"eps": None, "schedule": "curious", "t": 4, "gamma": 1.25},
+          "optim": {"epochs": 6}, "system": {"precision": "fp32"}}
+
+
+def test_ray_trial_config_reads_what_the_trainable_is_given():
+    meta = {"sweep": "mnist5k-demo", "stage": "demo", "table": "ablation", "row": "curious|on", "seed": 1,
+            "metrics": ["val/pgd10"]}
+    for spec in ({"trial": {"meta": meta, "cfg": NESTED}}, {"meta": meta, "cfg": NESTED}):
+        m, p = ray_trial_config(spec)
+        assert p["method"] == "ssat-mbi" and p["lambda"] == 8.0 and p["t"] == 4 and p["epochs"] == 6
+        assert p["eps"] == 0.3 and p["seed"] == 1 and p["interpolate"] is True  # eps None: the dataset's
+        no_seed = {k: v for k, v in NESTED.items() if k != "seed"}
+        assert m["config_hash"] == hashlib.sha256(json.dumps(no_seed, sort_keys=True).encode()).hexdigest()[:12]
+        assert m["seed"] == 1
+        assert m["metrics"] == '["val/pgd10"]'  # lists kept as JSON text
+    base = {k: v for k, v in NESTED.items() if k != "seed"}
+    m, p = ray_trial_config({"meta": {**meta, "stage": "search", "seed": 0}, "base": base,
+                             "method.beta": 0.7, "attack.t": 3})
+    assert p["beta"] == 0.7 and p["t"] == 3 and p["seed"] == 0 and m["seed"] == 0
+    m, p = ray_trial_config({"meta": meta, "params": {"beta": 0.5}})
+    assert p == {"beta": 0.5}
+
+
+def test_flat_params_and_config_hash_agree_with_ssat_config():
+    """The Ray reader derives params and hash itself (analysis never imports the trainer); they must stay
+    what the tracker logs. This test alone imports ssat (its config validation loads torch)."""
+    config = pytest.importorskip("ssat.config")
+    from analysis.collect import config_hash, flat_params
+
+    for overrides in ({"seed": 3}, {"seed": 0, "attack.schedule": "linear", "attack.t": 4, "data.root": "/x",
+                                    "system.threads": 2, "method.interpolate": False}):
+        cfg = config.from_dict({}, overrides)
+        assert flat_params(cfg.to_dict()) == cfg.model_params()
+        assert config_hash(cfg.to_dict()) == cfg.config_hash()

@@ -2,7 +2,6 @@
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 from matplotlib.container import ErrorbarContainer
 from matplotlib.image import imread

@@ -1,0 +1,106 @@
+"""The Tune callback that writes MLflow from the driver (the single writer), through `Tracker`."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from ray.tune import Callback
+
+from .tracking import Tracker, epoch_metrics, final_metrics
+from .trainable import resolve_trial
+
+ARTIFACTS = ("best.pt", "best.pt.sha256", "last.pt", "last.pt.sha256", "config.json", "trial.log")
+
+
+class TrackingCallback(Callback):
+    """Per result: find-or-create the trial's run by key, log the epoch; at the end, checkpoints as artifacts.
+
+    Holds only plain settings when pickled (Tune stores its callbacks with the experiment), and makes its
+    MLflow client lazily, so `Tuner.restore` brings it back working.
+    """
+
+    def __init__(self, uri: str, experiment: str, sweep_dir: str, parent_key: str, artifact_root: str | None = None):
+        self.uri, self.experiment, self.sweep_dir = uri, experiment, sweep_dir
+        self.parent_key, self.artifact_root = parent_key, artifact_root
+        self._tracker: Tracker | None = None
+        self._seen: set[str] = set()
+
+    def __getstate__(self):
+        return {**self.__dict__, "_tracker": None, "_seen": set()}
+
+    @property
+    def tracker(self) -> Tracker:
+        if self._tracker is None:
+            self._tracker = Tracker(self.uri, self.experiment, self.artifact_root,
+                                    spool=Path(self.sweep_dir) / "tracking_spool.jsonl")
+        return self._tracker
+
+    def _start(self, trial) -> tuple[str, dict]:
+        cfg, meta = resolve_trial(trial.config)
+        key = meta["trial_key"]
+        if key not in self._seen:
+            t = self.tracker
+            parent = t.find_run(self.parent_key)
+            tags = {"ssat.kind": "trial", "ssat.sweep": meta["sweep"], "ssat.stage": meta["stage"],
+                    "ssat.table": meta.get("table", ""), "ssat.row": meta.get("row", ""),
+                    "ssat.column_group": meta.get("column_group", ""), "ssat.seed": cfg.seed,
+                    "ssat.expected_seeds": meta.get("expected_seeds", ""), "ssat.config_hash": cfg.config_hash(),
+                    "ssat.status": "RUNNING"}
+            if parent:
+                tags["mlflow.parentRunId"] = parent
+            params = {**cfg.model_params(), **{f"sampled.{k}": v for k, v in meta["sampled"].items()}}
+            t.ensure_run(key, tags, params, name=f"{meta.get('row') or cfg.config_hash()}-seed{cfg.seed}")
+            cfile = Path(self.sweep_dir) / "configs" / key / "config.json"
+            cfile.parent.mkdir(parents=True, exist_ok=True)
+            cfile.write_text(json.dumps(cfg.to_dict(), indent=1))
+            t.log_artifact(key, cfile, None)
+            self._seen.add(key)
+        self.tracker.set_tags(key, {"ssat.ray_trial_id": trial.trial_id})
+        return key, meta
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        key, _ = self._start(trial)
+        t = self.tracker
+        if "repro_json" in result:
+            rec = json.loads(result["repro_json"])
+            t.set_tags(key, {f"repro.{k}": json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in rec.items()})
+        if "failed_reason" in result:
+            t.set_tags(key, {"ssat.status": f"FAILED: {result['failed_reason'][:480]}"})
+            t.end(key, "FAILED")
+            return
+        t.log_epoch(key, epoch_metrics(result), int(result["epoch"]))
+        metrics, tags = final_metrics(result)
+        if any(k.startswith("test/") for k in metrics) or tags:
+            t.log_final(key, metrics, tags, int(result["epoch"]))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        key, _ = self._start(trial)
+        if "failed_reason" in (trial.last_result or {}):
+            return
+        ckpt = trial.checkpoint
+        if ckpt is not None:
+            keep = Path(self.sweep_dir) / "artifacts" / key
+            keep.mkdir(parents=True, exist_ok=True)
+            with ckpt.as_directory() as d:  # a download for remote storage: copy what we upload
+                for name in ARTIFACTS:
+                    if (Path(d) / name).exists():
+                        shutil.copy2(Path(d) / name, keep / name)
+            for name in ARTIFACTS:
+                if (keep / name).exists():
+                    self.tracker.log_artifact(key, keep / name, "checkpoints" if name.endswith(("pt", "sha256")) else None)
+        self.tracker.set_tags(key, {"ssat.status": "FINISHED"})
+        self.tracker.end(key, "FINISHED")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        key, _ = self._start(trial)
+        reason = "error"
+        err = getattr(trial, "error_file", None)
+        if err and Path(err).exists():
+            lines = [ln for ln in Path(err).read_text().splitlines() if ln.strip()]
+            reason = lines[-1] if lines else reason
+        self.tracker.set_tags(key, {"ssat.status": f"FAILED: {reason[:480]}"})
+        self.tracker.end(key, "FAILED")
+
+    def on_experiment_end(self, trials, **info):
+        self.tracker.flush()

@@ -1,0 +1,318 @@
+"""The sweep driver: validate, make the teacher, run the grid (or search then confirm) on Ray, track, report.
+
+Stages of `run`: spec validation -> tracking check -> teacher per split (on the driver, one writer) ->
+Ray Tune phase(s) -> completeness check. Everything a later `resume` needs is in <sweep dir>/sweep.json.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ssat.config import Config
+from ssat.schedules import epsilon_schedule, lr_at, rho_schedule
+
+from .spec import Spec, SpecError, Trial, parse_spec
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+class SweepError(RuntimeError):
+    """A sweep that cannot start or did not finish; the message says what to do."""
+
+
+@dataclass
+class Paths:
+    workdir: Path
+    name: str
+
+    @property
+    def sweep_dir(self) -> Path:
+        return self.workdir / "runs" / "sweeps" / self.name
+
+    @property
+    def tune_dir(self) -> Path:
+        return self.sweep_dir / "tune"
+
+    @property
+    def state(self) -> Path:
+        return self.sweep_dir / "sweep.json"
+
+    @property
+    def teacher_dir(self) -> Path:
+        return Path(os.environ.get("SSAT_TEACHER_DIR") or self.workdir / "runs" / "teachers").resolve()
+
+
+def sweep_paths(workdir: str | Path, name: str) -> Paths:
+    """Paths of a sweep; the name was validated (no '/', no '..'), and the result must stay inside workdir."""
+    p = Paths(Path(workdir).resolve(), name)
+    if p.workdir not in p.sweep_dir.resolve().parents:
+        raise SweepError(f"sweep name {name!r} escapes the working folder")
+    return p
+
+
+def code_version() -> dict:
+    def git(*args):
+        try:
+            r = subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10)
+            return r.stdout.strip() if r.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    import hashlib
+
+    lock = PROJECT_ROOT / "requirements.lock"
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": None if status is None else bool(status),
+            "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.exists() else None}
+
+
+# ---- dry run ------------------------------------------------------------------------------------
+# Minutes per epoch measured by the paper (Table 8, one GPU) for the union methods / AWR, per (dataset, model).
+PAPER_MIN_PER_EPOCH = {("cifar10", "wrn-28-5"): (3.06, 3.87), ("svhn", "wrn-28-2"): (2.00, 4.45),
+                       ("cifar100", "wrn-28-8"): (5.64, 4.45)}
+
+
+def gpu_hours(cfg: Config) -> float | None:
+    """Estimated GPU-hours of one trial with a whole GPU, from the paper's per-epoch times (None: no figure)."""
+    fig = PAPER_MIN_PER_EPOCH.get((cfg.data.dataset, cfg.model.name))
+    if fig is None:
+        return None
+    return cfg.optim.epochs * fig[1 if cfg.is_awr else 0] / 60
+
+
+def schedule_table(cfg: Config) -> dict:
+    e = range(1, cfg.optim.epochs + 1)
+    a, m, o = cfg.attack, cfg.method, cfg.optim
+    return {"eps_max": [round(epsilon_schedule(a.schedule, i, eps=cfg.eps, t=a.t, gamma=a.gamma), 6) for i in e],
+            "rho": [rho_schedule(i, m.rho0, m.rho_double_epoch) for i in e],
+            "lr": [lr_at(i, o.lr, o.lr_milestones, o.lr_factors) for i in e]}
+
+
+def dry_run(spec: Spec, out=print) -> None:
+    trials = spec.trials() if spec.grid else []
+    out(f"sweep {spec.name}: preset {spec.preset}, stage {spec.stage}, {len(trials) or spec.search['num_samples']} "
+        f"trial(s), resources per trial {spec.resources}, max concurrent {spec.max_concurrent}")
+    total = 0.0
+    configs = [(t.row, t.seed, t.config) for t in trials] or [("search base", spec.seeds[0], Config_from(spec))]
+    for row, seed, cfg in configs:
+        h = gpu_hours(cfg)
+        total += h or 0.0
+        out(f"- row {row!r} seed {seed} key {cfg.config_hash()}: "
+            f"GPU-hours {'n/a (no benchmark figure for this model)' if h is None else f'{h:.2f}'}")
+        out("  config " + json.dumps(cfg.to_flat(), sort_keys=True))
+        for k, v in schedule_table(cfg).items():
+            out(f"  {k:8s} " + " ".join(f"{x:g}" for x in v))
+    if spec.search:
+        out(f"search space {json.dumps(spec.search['space'])}; confirm {spec.search['confirm']}")
+        per = gpu_hours(Config_from(spec)) or 0.0
+        total = per * (spec.search["num_samples"] + spec.search["confirm"]["top_k"] * len(spec.search["confirm"]["seeds"]))
+    out(f"estimated GPU-hours (whole-GPU trials, the paper's per-epoch times): {total:.1f}; nothing was started")
+
+
+def Config_from(spec: Spec) -> Config:  # noqa: N802 - reads as a constructor
+    return spec.config_for({}, spec.seeds[0])
+
+
+# ---- resources ------------------------------------------------------------------------------------
+def autoscaler_gpu_types() -> list[str]:
+    """Node types of a `ray up` cluster's autoscaler config that provide GPUs (the head keeps it at home)."""
+    import yaml
+
+    path = Path(os.environ.get("SSAT_AUTOSCALER_CONFIG", Path.home() / "ray_bootstrap_config.yaml"))
+    if not path.exists():
+        return []
+    cfg = yaml.safe_load(path.read_text()) or {}
+    return [n for n, t in (cfg.get("available_node_types") or {}).items() if (t.get("resources") or {}).get("GPU", 0) > 0]
+
+
+def check_gpu(spec: Spec) -> None:
+    """A GPU share where no node can ever provide a GPU would leave trials PENDING forever: refuse early."""
+    import ray
+
+    if not spec.resources["gpu"]:
+        return
+    if ray.cluster_resources().get("GPU", 0) > 0 or autoscaler_gpu_types():
+        return
+    raise SweepError(f"resources.gpu = {spec.resources['gpu']} but this Ray cluster has no GPU and no autoscaler node "
+                     "type that provides one, so trials would wait forever. Add --cpu-only to train on CPUs, or "
+                     "start a cluster with GPU workers (ray up ray_cluster.yaml).")
+
+
+def init_ray(address: str | None) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        import torch
+
+        ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=torch.cuda.device_count(),
+                 include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+
+
+# ---- teacher stage ---------------------------------------------------------------------------------
+def teacher_stage(configs: list[Config], tracker, sweep: str, teacher_dir: Path, log=print) -> dict[str, str]:
+    """Make (or find) one teacher per split on the driver before any trial starts; log its run."""
+    from ssat.datasets import split_for
+    from ssat.teacher import ensure_teacher, teacher_key
+    from ssat.train import needs_teacher
+
+    runs, done = {}, set()
+    for cfg in configs:
+        if not needs_teacher(cfg):
+            continue
+        cfg = cfg.replace(**{"data.teacher_dir": str(teacher_dir)})
+        _, split = split_for(cfg)
+        tkey = teacher_key(cfg, split)
+        if tkey in done:
+            continue
+        done.add(tkey)
+        t0 = time.perf_counter()
+        path = ensure_teacher(cfg, log=log)
+        log(f"[teacher] {cfg.data.dataset} split {split.hash}: {path} ({time.perf_counter() - t0:.1f} s)")
+        runs[split.hash] = log_teacher_run(tracker, sweep, cfg, split, path, tkey)
+    return runs
+
+
+def log_teacher_run(tracker, sweep: str, cfg: Config, split, path: Path, tkey: str) -> str:
+    from ssat.storage import load_verified
+
+    prov = load_verified(path).get("provenance", {})
+    key = f"{sweep}-teacher-{split.hash}-{tkey}"
+    tracker.ensure_run(key, {"ssat.kind": "teacher", "ssat.sweep": sweep, "ssat.table": "main", "ssat.row": "FixMatch",
+                             "ssat.dataset": cfg.data.dataset, "ssat.split_hash": split.hash,
+                             "ssat.column_group": f"{cfg.data.dataset}/{cfg.teacher.model or cfg.model.name}",
+                             "ssat.status": "FINISHED"},
+                       {f"teacher.{k}": v for k, v in cfg.to_dict()["teacher"].items()} |
+                       {"dataset": cfg.data.dataset, "split_seed": cfg.data.split_seed, "model": cfg.teacher.model or cfg.model.name},
+                       name=f"teacher-{cfg.data.dataset}-{split.hash}")
+    metrics = {k: v for k, v in prov.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    test = prov.get("test") or {}
+    tm, tt = {}, {}
+    if test:
+        from ssat.evaluate import flatten_results
+
+        tm, tt = flatten_results({"teacher": test})
+    tracker.log_final(key, {**{f"teacher/{k}": v for k, v in metrics.items()}, **tm}, tt, 0)
+    side = path.parent / "provenance.json"
+    side.write_text(json.dumps(prov, indent=1, default=str))
+    tracker.log_artifact(key, side, None)
+    tracker.end(key, "FINISHED")
+    tracker.drain()
+    return tracker.find_run(key) or ""
+
+
+# ---- phases ------------------------------------------------------------------------------------------
+def _meta(spec: Spec, extra: dict) -> dict:
+    return {"sweep": spec.name, "table": spec.table, "column_group": spec.column_group,
+            "expected_seeds": spec.expected_seeds, "cpus": spec.resources["cpu"], "gpu": spec.resources["gpu"],
+            "metrics": spec.metric, **extra}
+
+
+def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: int, parent_key: str):
+    from ray import tune
+
+    from .callback import TrackingCallback
+    from .progress import ProgressCallback
+
+    cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_key,
+                          artifact_root=str(paths.workdir / "mlartifacts"))
+    return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback()],
+                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                          failure_config=tune.FailureConfig(max_failures=max_failures), verbose=0)
+
+
+def grid_tuner(spec: Spec, trials: list[Trial], paths: Paths, phase: str, uri: str, meta: dict, max_failures: int,
+               parent_key: str):
+    from ray import tune
+
+    from .trainable import train_trial
+
+    space = [{"meta": {**meta, "stage": t.stage, "row": t.row, "seed": t.seed}, "cfg": t.config.to_dict()}
+             for t in trials]
+    trainable = tune.with_resources(train_trial, spec.resources)
+    return tune.Tuner(trainable, param_space={"trial": tune.grid_search(space)},
+                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
+                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_key))
+
+
+def search_tuner(spec: Spec, paths: Paths, uri: str, meta: dict, max_failures: int, parent_key: str):
+    from optuna.samplers import TPESampler
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search.optuna import OptunaSearch
+
+    from .space import space_function
+    from .trainable import train_trial
+
+    s = spec.search
+    metric = spec.metric if spec.multi_objective else spec.metric[0]
+    mode = spec.mode if spec.multi_objective else spec.mode[0]
+    searcher = OptunaSearch(space=space_function(s["space"]), metric=metric, mode=mode,
+                            sampler=TPESampler(seed=s["sampler_seed"], multivariate=True, group=True))
+    scheduler = None
+    if s["early_stopping"]:
+        es = s["early_stopping"]
+        scheduler = ASHAScheduler(time_attr="epoch", metric=metric, mode=mode, max_t=spec.base["optim"]["epochs"],
+                                  grace_period=es["grace_period"], reduction_factor=es["reduction_factor"])
+    param_space = {"meta": {**meta, "stage": "search", "row": "", "seed": spec.seeds[0]}, "base": spec.base}
+    return tune.Tuner(tune.with_resources(train_trial, spec.resources), param_space=param_space,
+                      tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=s["num_samples"],
+                                                  max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
+                      run_config=_run_config(spec, paths, "search", uri, max_failures, parent_key))
+
+
+def phase_status(results) -> tuple[int, int, list[str]]:
+    """(finished, total, problems) of a phase's trials; an interrupted fit() returns normally, so look."""
+    trials = results._experiment_analysis.trials  # private but stable in the pinned Ray 2.60
+    problems = []
+    finished = 0
+    for t in trials:
+        if t.status == "TERMINATED" and "failed_reason" not in (t.last_result or {}):
+            finished += 1
+        else:
+            why = (t.last_result or {}).get("failed_reason") or t.status
+            problems.append(f"{t.trial_id}: {why}")
+    return finished, len(trials), problems
+
+
+def top_configs(results, spec: Spec) -> list[dict]:
+    """Sampled configurations to confirm: top-k by the metric, or Pareto-front members thinned by crowding."""
+    rows = []
+    for t in results._experiment_analysis.trials:
+        r = t.last_result or {}
+        vals = [r.get(m) for m in spec.metric]
+        if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in vals):
+            continue
+        sampled = {k: v for k, v in t.config.items() if "." in k}
+        signed = [v if mode == "max" else -v for v, mode in zip(vals, spec.mode)]
+        rows.append((signed, sampled))
+    k = spec.search["confirm"]["top_k"]
+    unique, seen = [], set()
+    for signed, sampled in rows:
+        key = json.dumps(sampled, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            unique.append((signed, sampled))
+    if not spec.multi_objective:
+        unique.sort(key=lambda r: -r[0][0])
+        return [s for _, s in unique[:k]]
+    from .pareto import crowding_thin, pareto_front
+
+    front = pareto_front([r[0] for r in unique])
+    keep = crowding_thin([unique[i][0] for i in front], k)
+    return [unique[front[i]][1] for i in keep]
+
+
+def confirm_trials(spec: Spec, configs: list[dict]) -> list[Trial]:
+    seeds = spec.search["confirm"]["seeds"]
+    return [Trial(spec.config_for(c, s), f"confirm-{i + 1}", "confirm", s) for i, c in enumerate(configs) for s in seeds]

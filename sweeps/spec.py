@@ -1,0 +1,341 @@
+"""Sweep specs: YAML files that name a base preset, fixed overrides, seeds, resources, metric(s), and either a
+grid of rows or an Optuna search space with its confirm stage. Validated completely before Ray starts.
+
+    name: mnist5k-ablation          # experiment name (letters, digits, '.', '_', '-')
+    preset: mnist5k-ssat-mbi        # base ssat preset
+    table: ablation                 # tags for analysis: table, column_group, row per grid entry
+    column_group: mnist5k/cnn-small
+    overrides: {optim.epochs: 6}    # dotted keys, applied to every trial
+    epochs: 6                       # optional: rescale every epoch number (ssat.config.scale_epochs)
+    seeds: [0, 1]
+    resources: {cpu: 1, gpu: 0}     # per trial; gpu 0.25 = four trials per GPU
+    max_concurrent: 2
+    metric: val/pgd10               # or a list of two metrics (multi-objective)
+    mode: max                       # or a list
+    grid:                           # rows: a label and its overrides
+      - {row: "none|off", set: {attack.schedule: const, method.interpolate: false}}
+    search:                         # instead of grid
+      num_samples: 20
+      space: {method.beta: {float: [0, 1]}, attack.t: {int: [2, 8], when: {attack.schedule: [linear, curious]}}}
+      early_stopping: {grace_period: 8}
+      confirm: {top_k: 3, seeds: [10, 11, 12]}
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ssat.config import Config, ConfigError, from_dict, scale_epochs
+from ssat.presets import preset
+
+SPEC_KEYS = {"name", "preset", "table", "column_group", "overrides", "epochs", "seeds", "resources", "max_concurrent",
+             "metric", "mode", "grid", "search", "stage", "description", "expected_seeds"}
+SEARCH_KEYS = {"num_samples", "space", "early_stopping", "confirm", "sampler_seed"}
+DIST_KEYS = {"choice", "float", "int", "log", "when"}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+STAGES = ("grid", "search", "confirm", "demo")
+
+
+class SpecError(ConfigError):
+    """A sweep spec mistake; the message names the spec file, the field, the value and what is allowed."""
+
+
+@dataclass
+class Trial:
+    """One (configuration, seed) to run: a validated config plus the tags analysis reads."""
+    config: Config
+    row: str
+    stage: str
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.config.config_hash()}-s{self.seed}-{self.stage}"
+
+    def meta(self, spec: "Spec") -> dict:
+        return {"sweep": spec.name, "stage": self.stage, "table": spec.table, "row": self.row,
+                "column_group": spec.column_group, "seed": self.seed, "expected_seeds": spec.expected_seeds,
+                "config_hash": self.config.config_hash(), "trial_key": self.key}
+
+
+@dataclass
+class Spec:
+    name: str
+    preset: str
+    base: dict                       # nested config dict after preset + epochs + overrides
+    seeds: list[int]
+    resources: dict
+    max_concurrent: int
+    metric: list[str]
+    mode: list[str]
+    table: str = ""
+    column_group: str = ""
+    stage: str = "grid"
+    grid: list[dict] = field(default_factory=list)
+    search: dict | None = None
+    source: dict = field(default_factory=dict)
+    expected_seeds: int = 0
+    bases: dict = field(default_factory=dict)  # per-row presets -> their nested config dicts
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.metric) > 1
+
+    def trials(self) -> list[Trial]:
+        """Every grid trial (rows x seeds), validated. A row may name its own preset (Table 1's methods)."""
+        out = []
+        for row in self.grid:
+            where = f"grid row {row['row']!r}"
+            base = self.base if not row.get("preset") else self.bases[row["preset"]]
+            for seed in self.seeds:
+                try:
+                    cfg = from_dict(base, {**row["set"], "seed": seed})
+                except ConfigError as exc:
+                    raise SpecError(f"spec {self.name!r}, {where}: {exc}") from None
+                out.append(Trial(cfg, row["row"], self.stage, seed))
+        return out
+
+    def config_for(self, sampled: dict, seed: int) -> Config:
+        return _config(self, sampled, seed, where="sampled configuration")
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.source, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _config(spec: Spec, overrides: dict, seed: int, where: str) -> Config:
+    try:
+        return from_dict(spec.base, {**overrides, "seed": seed})
+    except ConfigError as exc:
+        raise SpecError(f"spec {spec.name!r}, {where}: {exc}") from None
+
+
+def _err(path: str, msg: str) -> SpecError:
+    return SpecError(f"{path}: {msg}")
+
+
+def _keys(d: dict, allowed: set, path: str, where: str) -> None:
+    for k in d:
+        if k not in allowed:
+            near = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.5)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise _err(path, f"unknown key '{where}{k}'{hint} Valid keys: {', '.join(sorted(allowed))}")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Safe-load a YAML file; a syntax error names the line."""
+    path = Path(path)
+    if not path.exists():
+        raise SpecError(f"{path}: no such spec file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{path}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of spec keys at the top, got {type(data).__name__}")
+    return data
+
+
+def load_spec(path: str | Path, *, epochs: int | None = None, seeds: list[int] | None = None,
+              sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
+              data_root: str | None = None) -> Spec:
+    """Read and fully validate a spec (every grid trial and the search space's corners are built)."""
+    return parse_spec(read_yaml(path), str(path), epochs=epochs, seeds=seeds, sets=sets, cpu_only=cpu_only,
+                      max_concurrent=max_concurrent, data_root=data_root)
+
+
+def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, seeds: list[int] | None = None,
+               sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
+               data_root: str | None = None) -> Spec:
+    raw = copy.deepcopy(raw)
+    _keys(raw, SPEC_KEYS, path, "")
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise _err(path, f"name: {name!r}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
+                         "and the MLflow experiment, so no '/' or '..')")
+    if ".." in name:
+        raise _err(path, f"name: {name!r} contains '..'")
+    pname = raw.get("preset")
+    ep = epochs if epochs is not None else raw.get("epochs")
+    overrides = raw.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise _err(path, f"overrides: expected a mapping of dotted keys, got {overrides!r}")
+    overrides = {**overrides, **(sets or {})}
+    if data_root:
+        overrides["data.root"] = data_root
+    if cpu_only:
+        overrides["system.device"] = "cpu"
+    base = _base(pname, ep, overrides, path, "preset")
+    seeds = seeds if seeds is not None else raw.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise _err(path, f"seeds: {seeds!r}; allowed: a non-empty list of integers")
+    if len(set(seeds)) != len(seeds):
+        raise _err(path, f"seeds: {seeds!r} repeat")
+    res = _resources(raw.get("resources") or {}, path, cpu_only)
+    mc = max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1)
+    if not isinstance(mc, int) or isinstance(mc, bool) or mc < 1:
+        raise _err(path, f"max_concurrent: {mc!r}; allowed: a positive integer")
+    metric, mode = _metrics(raw, path)
+    stage = raw.get("stage", "search" if "search" in raw else "grid")
+    if stage not in STAGES:
+        raise _err(path, f"stage: {stage!r}; allowed: {', '.join(STAGES)}")
+    for key in ("table", "column_group"):
+        if not isinstance(raw.get(key, ""), str):
+            raise _err(path, f"{key}: expected a string, got {raw[key]!r}")
+    spec = Spec(name=name, preset=pname, base=base, seeds=seeds, resources=res, max_concurrent=mc, metric=metric,
+                mode=mode, table=raw.get("table", ""), column_group=raw.get("column_group", ""), stage=stage,
+                source=raw, expected_seeds=int(raw.get("expected_seeds", len(seeds))))
+    if ("grid" in raw) == ("search" in raw):
+        raise _err(path, "expected exactly one of 'grid' (rows to run) or 'search' (an Optuna space)")
+    if "grid" in raw:
+        spec.grid = _grid(raw["grid"], path)
+        for i, row in enumerate(spec.grid):
+            if row.get("preset") and row["preset"] not in spec.bases:
+                spec.bases[row["preset"]] = _base(row["preset"], ep, overrides, path, f"grid[{i}].preset")
+        spec.trials()  # validates every row x seed now, before any compute
+    else:
+        spec.search = _search(raw["search"], path, spec)
+    return spec
+
+
+def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> dict:
+    """preset -> epoch scaling -> overrides, validated: the nested config dict trials start from."""
+    if not isinstance(pname, str):
+        raise _err(path, f"{where}: {pname!r}; expected the name of an ssat preset")
+    try:
+        base = preset(pname)
+    except KeyError as exc:
+        raise _err(path, f"{where}: {exc.args[0]}") from None
+    try:
+        if epochs is not None:
+            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+                raise ConfigError(f"epochs: {epochs!r}; allowed: a positive integer")
+            if "optim.lr_milestones" in overrides:  # set explicitly: nothing to scale (or to collide)
+                base["optim"]["lr_milestones"], base["optim"]["lr_factors"] = [], []
+            base = scale_epochs(base, epochs)
+        return from_dict(base, overrides).to_dict()
+    except ConfigError as exc:
+        raise _err(path, f"{where} {pname!r}: {exc}") from None
+
+
+def _resources(res: Any, path: str, cpu_only: bool) -> dict:
+    if not isinstance(res, dict):
+        raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {res!r}")
+    _keys(res, {"cpu", "gpu"}, path, "resources.")
+    cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
+    if not isinstance(cpu, (int, float)) or isinstance(cpu, bool) or cpu <= 0:
+        raise _err(path, f"resources.cpu: {cpu!r}; allowed: a number > 0")
+    if not isinstance(gpu, (int, float)) or isinstance(gpu, bool) or not 0 <= gpu <= 1:
+        raise _err(path, f"resources.gpu: {gpu!r}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
+                         "trials per GPU); a trial never spans several GPUs")
+    return {"cpu": cpu, "gpu": 0 if cpu_only else gpu}
+
+
+def _metrics(raw: dict, path: str) -> tuple[list[str], list[str]]:
+    metric, mode = raw.get("metric", "val/pgd10"), raw.get("mode", "max")
+    metric = [metric] if isinstance(metric, str) else metric
+    mode = [mode] if isinstance(mode, str) else mode
+    if not isinstance(metric, list) or not 1 <= len(metric) <= 2 or not all(isinstance(m, str) for m in metric):
+        raise _err(path, f"metric: {raw.get('metric')!r}; allowed: a metric name or a list of two")
+    if not isinstance(mode, list) or len(mode) != len(metric) or any(m not in ("max", "min") for m in mode):
+        raise _err(path, f"mode: {raw.get('mode')!r}; allowed: 'max' or 'min', one per metric")
+    known = ("val/", "train/", "adv/", "sched/", "perf/", "test/")
+    for m in metric:
+        if not m.startswith(known):
+            raise _err(path, f"metric: {m!r} is not a metric the trainer reports; e.g. val/pgd10, val/clean")
+    return metric, mode
+
+
+def _grid(grid: Any, path: str) -> list[dict]:
+    if isinstance(grid, dict) and set(grid) == {"product"}:
+        return _product(grid["product"], path)
+    if not isinstance(grid, list) or not grid:
+        raise _err(path, "grid: expected a non-empty list of rows ({row: LABEL, set: {dotted.key: value}}) "
+                         "or {product: {dotted.key: [values]}}")
+    rows, labels = [], set()
+    for i, row in enumerate(grid):
+        if not isinstance(row, dict):
+            raise _err(path, f"grid[{i}]: expected a mapping with 'row' and 'set', got {row!r}")
+        _keys(row, {"row", "set", "preset"}, path, f"grid[{i}].")
+        label = str(row.get("row", i))
+        if label in labels:
+            raise _err(path, f"grid[{i}].row: {label!r} repeats")
+        labels.add(label)
+        sets = row.get("set") or {}
+        if not isinstance(sets, dict):
+            raise _err(path, f"grid[{i}].set: expected a mapping of dotted keys, got {sets!r}")
+        rows.append({"row": label, "set": sets, "preset": row.get("preset")})
+    return rows
+
+
+def _product(prod: Any, path: str) -> list[dict]:
+    import itertools
+
+    if not isinstance(prod, dict) or not prod or not all(isinstance(v, list) and v for v in prod.values()):
+        raise _err(path, "grid.product: expected {dotted.key: [values, ...]}")
+    keys = list(prod)
+    rows = []
+    for combo in itertools.product(*(prod[k] for k in keys)):
+        sets = dict(zip(keys, combo))
+        rows.append({"row": ",".join(f"{k.split('.')[-1]}={v}" for k, v in sets.items()), "set": sets})
+    return rows
+
+
+def _search(search: Any, path: str, spec: Spec) -> dict:
+    if not isinstance(search, dict):
+        raise _err(path, "search: expected a mapping with num_samples, space, confirm")
+    _keys(search, SEARCH_KEYS, path, "search.")
+    n = search.get("num_samples", 10)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise _err(path, f"search.num_samples: {n!r}; allowed: a positive integer")
+    space = search.get("space")
+    if not isinstance(space, dict) or not space:
+        raise _err(path, "search.space: expected a mapping {dotted.key: {choice|float|int: ...}}")
+    from .space import check_space, corner_configs
+
+    check_space(space, path)
+    for sampled in corner_configs(space):
+        spec.config_for(sampled, spec.seeds[0])  # every choice value validates on the base config
+    es = search.get("early_stopping")
+    if es is not None:
+        if not isinstance(es, dict):
+            raise _err(path, "search.early_stopping: expected {grace_period: N} or null")
+        _keys(es, {"grace_period", "reduction_factor"}, path, "search.early_stopping.")
+        if spec.multi_objective:
+            raise _err(path, "search.early_stopping: ASHA needs a single metric; remove it for multi-objective")
+        need = _min_grace(spec, space)
+        gp = es.get("grace_period", need)
+        if not isinstance(gp, int) or gp < need:
+            raise _err(path, f"search.early_stopping.grace_period: {gp!r}; allowed: >= {need} (the largest t in the "
+                             "space and the first learning-rate milestone: earlier scores are not comparable)")
+        es = {"grace_period": gp, "reduction_factor": es.get("reduction_factor", 3)}
+    confirm = search.get("confirm") or {}
+    if not isinstance(confirm, dict):
+        raise _err(path, "search.confirm: expected {top_k: K, seeds: [...]}")
+    _keys(confirm, {"top_k", "seeds"}, path, "search.confirm.")
+    top_k, cseeds = confirm.get("top_k", 3), confirm.get("seeds", [100, 101, 102])
+    if not isinstance(top_k, int) or top_k < 1:
+        raise _err(path, f"search.confirm.top_k: {top_k!r}; allowed: a positive integer")
+    if not isinstance(cseeds, list) or not cseeds or set(cseeds) & set(spec.seeds):
+        raise _err(path, f"search.confirm.seeds: {cseeds!r}; allowed: a non-empty list of fresh seeds (not among "
+                         f"the search seeds {spec.seeds})")
+    return {"num_samples": n, "space": space, "early_stopping": es, "confirm": {"top_k": top_k, "seeds": cseeds},
+            "sampler_seed": int(search.get("sampler_seed", 0))}
+
+
+def _min_grace(spec: Spec, space: dict) -> int:
+    ts = [spec.base["attack"].get("t") or 0]
+    if "attack.t" in space:
+        d = space["attack.t"]
+        ts.append(max(d["int"]) if "int" in d else max(d.get("choice", [0])))
+    ms = spec.base["optim"]["lr_milestones"]
+    return max(max(ts), ms[0] if ms else 0, 1)

@@ -1,0 +1,215 @@
+"""MLflow tracking: one experiment per sweep, a parent run, one child run per (config hash, seed, stage).
+
+Written by the driver only (a Tune callback): one writer per SQLite file, and the same code path for a
+tracking server. Every write is an operation kept in a queue until it succeeds, so a tracking server that
+goes away mid-sweep does not stop training: operations wait, are retried after each result, and at the
+end whatever could not be sent is spooled to `<sweep dir>/tracking_spool.jsonl`, which
+`python -m sweeps sync NAME` replays. Writes are idempotent: a run is found again by its key, epochs at or
+below the last logged step are skipped, final metrics are logged once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+EPOCH_PREFIXES = ("train/", "val/", "adv/", "sched/", "perf/")
+STEP_PROBE = "perf/epoch_seconds"  # every epoch logs it; its history gives the last logged step
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store cannot be reached or written."""
+
+
+def default_uri(workdir: str | Path) -> str:
+    return f"sqlite:///{Path(workdir).resolve() / 'mlflow.db'}"
+
+
+def resolve_uri(uri: str | None, workdir: str | Path) -> str:
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(workdir)
+
+
+def check_reachable(uri: str, timeout: float = 10.0) -> None:
+    """Fail fast, before any training, when the store cannot be used."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
+                if r.status != 200:
+                    raise TrackingUnavailable(f"MLflow server at {uri} answered {r.status} on /health")
+        except (urllib.error.URLError, OSError) as exc:
+            raise TrackingUnavailable(f"MLflow tracking server at {uri} cannot be reached ({exc}); start it, or "
+                                      "pass --tracking-uri / MLFLOW_TRACKING_URI of a running one") from None
+        return
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as exc:
+        raise TrackingUnavailable(f"MLflow store {uri} cannot be used: {exc}") from None
+
+
+def flat_str(v: Any) -> str:
+    return "None" if v is None else str(v)
+
+
+class Tracker:
+    """Find-or-create runs by key and write to them through a retrying operation queue."""
+
+    def __init__(self, uri: str, experiment: str, artifact_root: str | Path | None = None,
+                 spool: str | Path | None = None, log=print):
+        self.uri, self.experiment, self.log = uri, experiment, log
+        self.client = MlflowClient(uri)
+        self.artifact_root = Path(artifact_root).resolve().as_uri() if artifact_root and not uri.startswith("http") else None
+        self.spool = Path(spool) if spool else None
+        self.queue: list[dict] = []
+        self.runs: dict[str, str] = {}       # key -> run id
+        self.last_step: dict[str, int] = {}  # key -> last logged epoch
+        self._exp_id: str | None = None
+        self._warned = False
+        if self.spool and self.spool.exists():
+            self.queue = [json.loads(line) for line in self.spool.read_text().splitlines() if line.strip()]
+            self.spool.unlink()
+
+    # ---- ids -----------------------------------------------------------------------------------
+    @property
+    def experiment_id(self) -> str:
+        if self._exp_id is None:
+            exp = self.client.get_experiment_by_name(self.experiment)
+            if exp is None:
+                try:
+                    self._exp_id = self.client.create_experiment(self.experiment, artifact_location=self.artifact_root)
+                except Exception:  # created meanwhile by someone else
+                    self._exp_id = self.client.get_experiment_by_name(self.experiment).experiment_id
+            else:
+                self._exp_id = exp.experiment_id
+        return self._exp_id
+
+    def find_run(self, key: str) -> str | None:
+        if key in self.runs:
+            return self.runs[key]
+        found = self.client.search_runs([self.experiment_id], filter_string=f"tags.`ssat.key` = '{key}'",
+                                        max_results=5)
+        if found:
+            self.runs[key] = found[0].info.run_id
+            return self.runs[key]
+        return None
+
+    def _ensure(self, key: str, tags: dict, params: dict, name: str) -> str:
+        rid = self.find_run(key)
+        if rid is None:
+            run = self.client.create_run(self.experiment_id, run_name=name,
+                                         tags={"ssat.key": key, **{k: flat_str(v) for k, v in tags.items()}})
+            rid = run.info.run_id
+            if params:
+                self.client.log_batch(rid, params=[Param(k, flat_str(v)[:6000]) for k, v in params.items()])
+            self.runs[key] = rid
+        return rid
+
+    def _last_step(self, key: str, rid: str) -> int:
+        if key not in self.last_step:
+            hist = self.client.get_metric_history(rid, STEP_PROBE)
+            self.last_step[key] = max((m.step for m in hist), default=0)
+        return self.last_step[key]
+
+    # ---- operations (queued) ---------------------------------------------------------------------
+    def ensure_run(self, key: str, tags: dict, params: dict | None = None, name: str | None = None) -> None:
+        self._push({"op": "ensure", "key": key, "tags": tags, "params": params or {}, "name": name or key})
+
+    def log_epoch(self, key: str, metrics: dict, step: int) -> None:
+        self._push({"op": "epoch", "key": key, "metrics": metrics, "step": step, "ts": int(time.time() * 1000)})
+
+    def log_final(self, key: str, metrics: dict, tags: dict, step: int) -> None:
+        self._push({"op": "final", "key": key, "metrics": metrics, "tags": tags, "step": step,
+                    "ts": int(time.time() * 1000)})
+
+    def set_tags(self, key: str, tags: dict) -> None:
+        self._push({"op": "tags", "key": key, "tags": tags})
+
+    def log_artifact(self, key: str, path: str | Path, artifact_path: str | None = None) -> None:
+        self._push({"op": "artifact", "key": key, "path": str(path), "artifact_path": artifact_path})
+
+    def end(self, key: str, status: str = "FINISHED") -> None:
+        self._push({"op": "end", "key": key, "status": status})
+
+    def _push(self, op: dict) -> None:
+        self.queue.append(op)
+        self.drain()
+
+    def _apply(self, op: dict) -> None:
+        kind, key = op["op"], op["key"]
+        if kind == "ensure":
+            self._ensure(key, op["tags"], op["params"], op["name"])
+            return
+        rid = self.find_run(key)
+        if rid is None:
+            raise LookupError(f"no run for key {key}")
+        if kind == "epoch":
+            if op["step"] <= self._last_step(key, rid):
+                return  # already logged: a resumed or retried trial re-reports nothing twice
+            ms = [Metric(k, float(v), op["ts"], op["step"]) for k, v in op["metrics"].items()]
+            for i in range(0, len(ms), 900):
+                self.client.log_batch(rid, metrics=ms[i: i + 900])
+            self.last_step[key] = op["step"]
+        elif kind == "final":
+            have = self.client.get_run(rid).data.metrics
+            ms = [Metric(k, float(v), op["ts"], op["step"]) for k, v in op["metrics"].items() if k not in have]
+            tags = [RunTag(k, flat_str(v)) for k, v in op["tags"].items()]
+            self.client.log_batch(rid, metrics=ms, tags=tags)
+        elif kind == "tags":
+            self.client.log_batch(rid, tags=[RunTag(k, flat_str(v)) for k, v in op["tags"].items()])
+        elif kind == "artifact":
+            if Path(op["path"]).exists():
+                self.client.log_artifact(rid, op["path"], op["artifact_path"])
+        elif kind == "end":
+            self.client.set_terminated(rid, op["status"])
+
+    def drain(self) -> bool:
+        """Send queued operations in order; stop at the first failure and keep the rest. True when empty."""
+        while self.queue:
+            try:
+                self._apply(self.queue[0])
+            except Exception as exc:
+                if not self._warned:
+                    self.log(f"[tracking] {self.uri} unavailable ({type(exc).__name__}: {str(exc)[:120]}); "
+                             f"{len(self.queue)} operation(s) kept and retried; training goes on")
+                    self._warned = True
+                return False
+            self.queue.pop(0)
+            if self._warned:
+                self.log("[tracking] store reachable again; queued operations sent")
+                self._warned = False
+        return True
+
+    def flush(self, timeout: float = 30.0, interval: float = 2.0) -> bool:
+        """Retry until the queue is empty or `timeout` passes; then spool what is left to disk."""
+        deadline = time.monotonic() + timeout
+        while not self.drain() and time.monotonic() < deadline:
+            time.sleep(interval)
+        if self.queue and self.spool:
+            self.spool.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.spool, "a") as f:
+                for op in self.queue:
+                    f.write(json.dumps(op) + "\n")
+            self.log(f"[tracking] {len(self.queue)} operation(s) spooled to {self.spool}; "
+                     "replay them with `python -m sweeps sync NAME` once the store is back")
+            self.queue = []
+            return False
+        return not self.queue
+
+
+def epoch_metrics(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k.startswith(EPOCH_PREFIXES) and isinstance(v, (int, float))
+            and not isinstance(v, bool)}
+
+
+def final_metrics(result: dict) -> tuple[dict, dict]:
+    metrics = {k: v for k, v in result.items() if k.startswith(("test/", "time/")) and isinstance(v, (int, float))}
+    tags = {k: v for k, v in result.items() if k.startswith("protocol/")}
+    return metrics, tags

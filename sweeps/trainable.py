@@ -1,0 +1,147 @@
+"""The Ray Tune function trainable: one `ssat` Trainer per trial, one report (with a checkpoint) per epoch.
+
+Tune config of a trial: {"meta": {...tags, seed, stage, resources...}, "cfg": nested config} for grid and
+confirm trials, or {"meta": ..., "base": nested config, "<dotted.key>": sampled value, ...} for search
+trials (the Optuna searcher adds the sampled keys). `resolve_trial` turns either into a validated Config.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from ray import tune
+
+from ssat.config import Config, from_dict
+from ssat.evaluate import flatten_results
+from ssat.train import Trainer, TrainingDiverged
+
+CHECKPOINT_FILES = ("state.pt", "best.pt", "last.pt", "trial.log", "config.json")
+
+
+def resolve_trial(config: dict) -> tuple[Config, dict]:
+    """Tune config -> (validated Config, meta with this trial's key)."""
+    config = config.get("trial", config)  # grid trials are one grid_search value under "trial"
+    meta = dict(config["meta"])
+    if "cfg" in config:
+        cfg = from_dict(config["cfg"])
+        sampled = {}
+    else:
+        sampled = {k: v for k, v in config.items() if "." in k}
+        cfg = from_dict(config["base"], {**sampled, "seed": meta["seed"]})
+    meta["config_hash"] = cfg.config_hash()
+    meta["trial_key"] = f"{meta['sweep']}-{cfg.config_hash()}-s{cfg.seed}-{meta['stage']}"
+    meta["sampled"] = sampled
+    if meta.get("teacher_dir") and cfg.data.teacher_dir is None:
+        cfg = cfg.replace(**{"data.teacher_dir": meta["teacher_dir"]})
+    return cfg, meta
+
+
+def reset_process_state(cfg: Config, meta: dict) -> int:
+    """Per-trial global state, reset at the start of every trial (actors are reused across trials)."""
+    threads = cfg.system.threads or max(1, int(meta.get("cpus", 1)))
+    torch.set_num_threads(threads)
+    share = meta.get("gpu", 0) or 0
+    if torch.cuda.is_available() and share:
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(min(1.0, share))
+    return threads
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def repro_record(cfg: Config, trainer: Trainer, meta: dict) -> dict:
+    from ssat.datasets import dataset_checksums
+
+    ctx = tune.get_context()
+    cuda = torch.cuda.is_available()
+    return {
+        "git_commit": meta.get("git_commit"), "git_dirty": meta.get("git_dirty"), "lock_sha256": meta.get("lock_sha256"),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": cuda,
+        "driver": _driver_version() if cuda else None, "gpu": torch.cuda.get_device_name() if cuda else None,
+        "gpu_share": meta.get("gpu", 0), "threads": torch.get_num_threads(), "split_hash": trainer.split.hash,
+        "teacher_run_id": meta.get("teacher_run_id"), "teacher_split_hash": getattr(trainer.teacher, "split_hash", None),
+        "dataset_checksums": dataset_checksums(cfg.data.dataset, cfg.data.root),
+        "ray_trial_id": ctx.get_trial_id(), "node": socket.gethostname(), "pid": os.getpid(),
+    }
+
+
+def _report(result: dict, work: Path) -> None:
+    """Report with a checkpoint of the trainer's files; Tune copies it to storage, then the copy here goes."""
+    tmp = Path(tempfile.mkdtemp(prefix="ssat-ckpt-"))
+    try:
+        for name in CHECKPOINT_FILES:
+            for f in (work / name, work / f"{name}.sha256"):
+                if f.exists():
+                    shutil.copy2(f, tmp / f.name)
+        tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(tmp)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _restore(work: Path) -> None:
+    ckpt = tune.get_checkpoint()
+    if ckpt is None:
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    with ckpt.as_directory() as d:
+        for f in Path(d).iterdir():
+            shutil.copy2(f, work / f.name)
+
+
+def _final(trainer: Trainer, stage: str) -> dict:
+    out = {"time/total_hours": trainer.train_seconds / 3600, "time/epochs": trainer.epoch}
+    if stage != "search":
+        metrics, tags = flatten_results(trainer.final_evaluation())
+        out.update(metrics)
+        out.update(tags)
+    return out
+
+
+def train_trial(config: dict) -> None:
+    """Ray Tune function trainable (module-level so it pickles and restores)."""
+    cfg, meta = resolve_trial(config)
+    reset_process_state(cfg, meta)
+    work = Path(tune.get_context().get_trial_dir()) / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    _restore(work)
+    logf = open(work / "trial.log", "a", buffering=1)
+
+    def log(line: str) -> None:
+        logf.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+
+    (work / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    trainer = Trainer(cfg, work, log=log)
+    log(f"trial {meta['trial_key']} on {socket.gethostname()} pid {os.getpid()}, threads {torch.get_num_threads()}")
+    repro = json.dumps(repro_record(cfg, trainer, meta), default=str)
+    last = cfg.optim.epochs
+    try:
+        if trainer.epoch >= last:  # resumed after the last epoch: only the final report is missing
+            _report({**trainer.history[-1], **_final(trainer, meta["stage"]), "repro_json": repro}, work)
+            return
+        for m in trainer.epochs():
+            result = {**m, "repro_json": repro}
+            if m["epoch"] == last:
+                result.update(_final(trainer, meta["stage"]))
+            _report(result, work)
+    except TrainingDiverged as exc:
+        # Deterministic: a retry would diverge again. End the trial with its reason; NaN tells Optuna it failed.
+        log(f"stopped: {exc}")
+        tune.report({"epoch": trainer.epoch + 1, "failed_reason": str(exc),
+                     **{k: float("nan") for k in meta.get("metrics", [])}})
+    finally:
+        logf.close()
