@@ -113,10 +113,18 @@ def _trials(df_runs: pd.DataFrame, stages=None) -> pd.DataFrame:
 
 # ---- learning curves and alpha ---------------------------------------------------------------
 def config_labels(runs: pd.DataFrame) -> pd.Series:
-    """A readable name per configuration: the row tag (+ sweep) when there is one, else the config hash."""
+    """A readable name per configuration: its ``ssat.row`` tag, else the params that differ between the
+    configurations shown (``schedule=linear interpolate=True``), else the config hash."""
+    params = [c for c in runs.columns if c.startswith("param.") and c not in ("param.seed",)]
+    varying = [c for c in params if runs[c].astype(str).nunique() > 1]
+
     def label(run: dict) -> str:
-        row, cfg = value(run, "meta.row"), value(run, "meta.config_hash")
-        return str(row) if row else (str(cfg) if cfg else str(run["run_id"]))
+        row = value(run, "meta.row")
+        if row:
+            return str(row)
+        if varying:
+            return " ".join(f"{c[6:]}={value(run, c)}" for c in varying)
+        return str(value(run, "meta.config_hash") or run["run_id"])
     return pd.Series([label(r) for r in runs.to_dict("records")], index=runs.index)
 
 
@@ -159,8 +167,11 @@ def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_
 
 
 def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_) -> Figure:
-    """Per configuration: shares of alpha_hat at 2^-K, between, and at 1 per epoch, and its mean."""
-    configs = dict(list(_configs(df_runs, df_hist, "adv/alpha_mean", stages).items())[:4])
+    """Per configuration: shares of alpha_hat at 2^-K, between, and at 1 per epoch, and its mean.
+    Configurations with interpolation come first: without it alpha_hat is 1 by construction."""
+    interp = df_runs.get("param.interpolate", pd.Series(False, index=df_runs.index)).eq(True).fillna(False)
+    runs = df_runs[interp] if interp.any() else df_runs
+    configs = dict(list(_configs(runs, df_hist, "adv/alpha_mean", stages).items())[:4])
     fig = _figure("alpha")
     axes = fig.subplots(1, len(configs), squeeze=False, sharey=True)[0]
     for ax, (label, ids) in zip(axes, configs.items()):
@@ -171,7 +182,8 @@ def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_)
         ax.stackplot(steps, low, (1 - low - one).clip(lower=0), one,
                      labels=["alpha = 2^-K", "between", "alpha = 1"], alpha=0.7)
         ax.plot(mean.index, mean, "k-", label="mean alpha")
-        ax.set(title=label, xlabel="epoch", ylim=(0, 1))
+        ax.set_title(label.replace(" ", "\n"), fontsize="small")
+        ax.set(xlabel="epoch", ylim=(0, 1))
     axes[0].set_ylabel("share of samples / mean alpha")
     axes[0].legend(fontsize="x-small", loc="lower left")
     return fig

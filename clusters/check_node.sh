@@ -80,6 +80,7 @@ if "://" not in uri:
     uri = os.path.abspath(uri)
 filesystem, root = fs.FileSystem.from_uri(uri)
 probe = f"{root.rstrip('/')}/.node-probes/{sys.argv[2]}-{uuid.uuid4().hex[:8]}"
+filesystem.create_dir(probe.rsplit("/", 1)[0], recursive=True)
 with filesystem.open_output_stream(probe) as out:
     out.write(b"ok")
 with filesystem.open_input_stream(probe) as inp:

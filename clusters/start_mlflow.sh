@@ -87,7 +87,10 @@ for uri in "$backend" "$artifacts"; do
     esac
 done
 
-allowed="$host:$port,$host,localhost:$port,localhost,127.0.0.1:$port,127.0.0.1"
+allowed="$host:$port,$host"
+for local_name in localhost 127.0.0.1; do  # the Host header a browser sends through an SSH tunnel
+    [[ "$host" == "$local_name" ]] || allowed+=",$local_name:$port,$local_name"
+done
 # setsid + nohup + closed fds: the server must outlive the ssh session of `ray up` that started it.
 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false setsid nohup mlflow server \
     --host "$host" --port "$port" --workers 1 \

@@ -83,10 +83,15 @@ def teacher_path(cfg, split: Split) -> Path:
     return teacher_root(cfg) / f"{cfg.data.dataset}-{split.hash}-{teacher_key(cfg, split)}" / "teacher.pt"
 
 
-def teacher_pool(split: Split, n_train: int, includes_labeled: bool) -> np.ndarray:
-    """The teacher's unlabeled images: every training image except validation (and labeled, if not included)."""
-    excluded = split.val if includes_labeled else np.concatenate([split.val, split.labeled])
-    return np.setdiff1d(np.arange(n_train), excluded)
+def teacher_pool(cfg, split: Split, n_train: int) -> np.ndarray:
+    """The teacher's unlabeled images: every training image except validation (and except the labeled ones
+    unless teacher.unlabeled_includes_labeled). When data.n_unlabeled caps the student's pool (smoke runs),
+    the teacher's pool is that capped set instead (plus or minus the labeled images)."""
+    includes = cfg.teacher.unlabeled_includes_labeled
+    base = split.unlabeled if cfg.data.n_unlabeled is not None else np.setdiff1d(np.arange(n_train), split.val)
+    if includes:
+        return np.union1d(base, split.labeled)
+    return np.setdiff1d(base, split.labeled)
 
 
 # ---- the FixMatch objective ------------------------------------------------------------------
@@ -207,8 +212,6 @@ def train_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> Teache
     The global torch RNG is left as it was (the teacher draws from its own seed, `teacher.seed`), so a
     student seeded before this call starts identically whether or not its teacher had to be trained.
     """
-    from .evaluate import evaluate_model
-
     t = cfg.teacher
     device = _device(cfg)
     ds = cfg.data.dataset
@@ -218,71 +221,78 @@ def train_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> Teache
         raise ValueError("teacher: the split has no labeled images to train a teacher on")
     forks = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=forks), _threads(cfg.system.threads):
-        torch.manual_seed(t.seed)
-        gen = torch.Generator().manual_seed(t.seed)
-        model = create_model(name, classes, channels).to(device)
-        ema = copy.deepcopy(model).requires_grad_(False) if t.ema else None
-        opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay,
-                              nesterov=t.nesterov)
-        lab = torch.from_numpy(split.labeled)
-        pool = torch.from_numpy(teacher_pool(split, len(arrays.y_train), t.unlabeled_includes_labeled))
-        xl, yl = arrays.x_train[lab].to(device), arrays.y_train[lab].to(device)
-        xu = arrays.x_train[pool].to(device)
-        val = torch.from_numpy(split.val)
-        x_val, y_val = arrays.x_train[val], arrays.y_train[val]
-        lab_batches = _Cycler(len(xl), t.labeled_batch, gen)
-        ul_batches = _Cycler(len(xu), t.unlabeled_batch, gen) if len(xu) else None
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.system.precision == "bf16")
-        log(f"teacher: FixMatch {name} on {ds} (split {split.hash}): {len(xl)} labeled, {len(xu)} unlabeled, "
-            f"{len(x_val)} validation images; {t.steps} steps on {device}")
-        best_acc, best_step, best_state, history = -math.inf, 0, None, []
-        sums = {"loss": 0.0, "sup": 0.0, "unsup": 0.0, "mask_rate": 0.0}
-        n_sum = 0
-        t0 = time.perf_counter()
-        for step in range(1, t.steps + 1):
-            for g in opt.param_groups:
-                g["lr"] = cosine_lr(t.lr, step - 1, t.steps)
-            bl = lab_batches.next()
-            x_l = weak_augment(xl[bl], gen, flip=flip)
-            if ul_batches is not None:
-                bu = ul_batches.next()
-                x_uw = weak_augment(xu[bu], gen, flip=flip)
-                with _one_thread(device):
-                    x_us = strong_augment(xu[bu], gen, flip=flip, num_ops=t.randaugment_ops,
-                                          magnitude=t.randaugment_magnitude, cutout_size=t.cutout)
-            else:
-                x_uw = x_us = x_l[:0]
-            model.train()
-            with autocast:
-                logits = model(torch.cat([x_l, x_uw, x_us]))
-            l_l, l_uw, l_us = logits.float().split([len(x_l), len(x_uw), len(x_us)])
-            terms = fixmatch_loss(l_l, yl[bl], l_uw, l_us, threshold=t.threshold, lambda_u=t.lambda_u)
-            if not torch.isfinite(terms["loss"]):
-                raise TeacherTrainingError(f"teacher: loss became {terms['loss'].item()} at step {step}")
-            opt.zero_grad(set_to_none=True)
-            terms["loss"].backward()
-            opt.step()
-            if ema is not None:
-                _ema_update(ema, model, t.ema)
-            for k in sums:
-                sums[k] += float(terms[k].detach())
-            n_sum += 1
-            if step % t.eval_every == 0 or step == t.steps:
-                net = ema if ema is not None else model
-                acc = _accuracy(_logits(net, x_val, device, cfg.eval.batch_size), y_val) if len(x_val) else None
-                rec = {"step": step, **{k: v / n_sum for k, v in sums.items()}, "val_acc": acc,
-                       "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - t0}
-                history.append(rec)
-                log(f"teacher step {step}/{t.steps} | loss {rec['loss']:.4f} (sup {rec['sup']:.4f}, unsup "
-                    f"{rec['unsup']:.4f}) | mask rate {rec['mask_rate']:.3f} | "
-                    + (f"val acc {acc:.2f}%" if acc is not None else "no validation set")
-                    + f" | {rec['seconds']:.1f}s")
-                sums, n_sum = {k: 0.0 for k in sums}, 0
-                score = acc if acc is not None else -math.inf
-                if score > best_acc or best_state is None or (acc is None and step == t.steps):
-                    best_acc, best_step = score, step
-                    best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
-        train_seconds = time.perf_counter() - t0
+        return _train_teacher(cfg, arrays, split, log, device, name, classes, channels, flip)
+
+
+def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, flip) -> TeacherOutputs:
+    from .evaluate import evaluate_model
+
+    t, ds = cfg.teacher, cfg.data.dataset
+    torch.manual_seed(t.seed)
+    gen = torch.Generator().manual_seed(t.seed)
+    model = create_model(name, classes, channels).to(device)
+    ema = copy.deepcopy(model).requires_grad_(False) if t.ema else None
+    opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay,
+                          nesterov=t.nesterov)
+    lab = torch.from_numpy(split.labeled)
+    pool = torch.from_numpy(teacher_pool(cfg, split, len(arrays.y_train)))
+    xl, yl = arrays.x_train[lab].to(device), arrays.y_train[lab].to(device)
+    xu = arrays.x_train[pool].to(device)
+    val = torch.from_numpy(split.val)
+    x_val, y_val = arrays.x_train[val], arrays.y_train[val]
+    lab_batches = _Cycler(len(xl), t.labeled_batch, gen)
+    ul_batches = _Cycler(len(xu), t.unlabeled_batch, gen) if len(xu) else None
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.system.precision == "bf16")
+    log(f"teacher: FixMatch {name} on {ds} (split {split.hash}): {len(xl)} labeled, {len(xu)} unlabeled, "
+        f"{len(x_val)} validation images; {t.steps} steps on {device}")
+    best_acc, best_step, best_state, history = -math.inf, 0, None, []
+    sums = {"loss": 0.0, "sup": 0.0, "unsup": 0.0, "mask_rate": 0.0}
+    n_sum = 0
+    t0 = time.perf_counter()
+    for step in range(1, t.steps + 1):
+        for g in opt.param_groups:
+            g["lr"] = cosine_lr(t.lr, step - 1, t.steps)
+        bl = lab_batches.next()
+        x_l = weak_augment(xl[bl], gen, flip=flip)
+        if ul_batches is not None:
+            bu = ul_batches.next()
+            x_uw = weak_augment(xu[bu], gen, flip=flip)
+            with _one_thread(device):
+                x_us = strong_augment(xu[bu], gen, flip=flip, num_ops=t.randaugment_ops,
+                                      magnitude=t.randaugment_magnitude, cutout_size=t.cutout)
+        else:
+            x_uw = x_us = x_l[:0]
+        model.train()
+        with autocast:
+            logits = model(torch.cat([x_l, x_uw, x_us]))
+        l_l, l_uw, l_us = logits.float().split([len(x_l), len(x_uw), len(x_us)])
+        terms = fixmatch_loss(l_l, yl[bl], l_uw, l_us, threshold=t.threshold, lambda_u=t.lambda_u)
+        if not torch.isfinite(terms["loss"]):
+            raise TeacherTrainingError(f"teacher: loss became {terms['loss'].item()} at step {step}")
+        opt.zero_grad(set_to_none=True)
+        terms["loss"].backward()
+        opt.step()
+        if ema is not None:
+            _ema_update(ema, model, t.ema)
+        for k in sums:
+            sums[k] += float(terms[k].detach())
+        n_sum += 1
+        if step % t.eval_every == 0 or step == t.steps:
+            net = ema if ema is not None else model
+            acc = _accuracy(_logits(net, x_val, device, cfg.eval.batch_size), y_val) if len(x_val) else None
+            rec = {"step": step, **{k: v / n_sum for k, v in sums.items()}, "val_acc": acc,
+                   "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - t0}
+            history.append(rec)
+            log(f"teacher step {step}/{t.steps} | loss {rec['loss']:.4f} (sup {rec['sup']:.4f}, unsup "
+                f"{rec['unsup']:.4f}) | mask rate {rec['mask_rate']:.3f} | "
+                + (f"val acc {acc:.2f}%" if acc is not None else "no validation set")
+                + f" | {rec['seconds']:.1f}s")
+            sums, n_sum = {k: 0.0 for k in sums}, 0
+            score = acc if acc is not None else -math.inf
+            if score > best_acc or best_state is None or (acc is None and step == t.steps):
+                best_acc, best_step = score, step
+                best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    train_seconds = time.perf_counter() - t0
 
     final = create_model(name, classes, channels).to(device)
     final.load_state_dict(best_state)
@@ -302,6 +312,7 @@ def train_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> Teache
     n = len(arrays.x_test) if e.test_n is None else min(e.test_n, len(arrays.x_test))
     x, y = to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device)
     t1 = time.perf_counter()
+    torch.manual_seed(t.seed)  # PGD's random start draws from the global RNG (forked by the caller)
     test = evaluate_model(final, x, y, eps=cfg.eps, checkpoint="teacher", pgd_steps=e.pgd_steps,
                           autoattack=e.autoattack, autoattack_n=e.autoattack_n, batch_size=e.batch_size,
                           subset="full" if n == len(arrays.x_test) else f"first{n}", log=log)

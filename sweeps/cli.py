@@ -248,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # explicit (shared/STACK.md); a cluster may set token
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     args = build_parser().parse_args(argv)
     try:
         if args.cmd == "demo":

@@ -131,13 +131,18 @@ def autoscaler_gpu_types() -> list[str]:
     return [n for n, t in (cfg.get("available_node_types") or {}).items() if (t.get("resources") or {}).get("GPU", 0) > 0]
 
 
-def check_gpu(spec: Spec) -> None:
-    """A GPU share where no node can ever provide a GPU would leave trials PENDING forever: refuse early."""
-    import ray
+def check_gpu(spec: Spec, gpus_now: float | None = None) -> None:
+    """A GPU share where no node can ever provide a GPU would leave trials PENDING forever: refuse early.
 
+    gpus_now: the cluster's GPUs (default: asked from Ray); the autoscaler's node types count too.
+    """
     if not spec.resources["gpu"]:
         return
-    if ray.cluster_resources().get("GPU", 0) > 0 or autoscaler_gpu_types():
+    if gpus_now is None:
+        import ray
+
+        gpus_now = ray.cluster_resources().get("GPU", 0)
+    if gpus_now > 0 or autoscaler_gpu_types():
         return
     raise SweepError(f"resources.gpu = {spec.resources['gpu']} but this Ray cluster has no GPU and no autoscaler node "
                      "type that provides one, so trials would wait forever. Add --cpu-only to train on CPUs, or "
@@ -156,7 +161,8 @@ def init_ray(address: str | None) -> None:
         import torch
 
         ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=torch.cuda.device_count(),
-                 include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+                 include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                 _temp_dir=os.environ.get("SSAT_RAY_TMPDIR"))
 
 
 # ---- teacher stage ---------------------------------------------------------------------------------
@@ -213,9 +219,10 @@ def log_teacher_run(tracker, sweep: str, cfg: Config, split, path: Path, tkey: s
 
 # ---- phases ------------------------------------------------------------------------------------------
 def _meta(spec: Spec, extra: dict) -> dict:
+    faults = {v: os.environ[v] for v in ("SSAT_FAULT", "SSAT_FAULT_ONCE_DIR") if os.environ.get(v)}
     return {"sweep": spec.name, "table": spec.table, "column_group": spec.column_group,
             "expected_seeds": spec.expected_seeds, "cpus": spec.resources["cpu"], "gpu": spec.resources["gpu"],
-            "metrics": spec.metric, **extra}
+            "metrics": spec.metric, **faults, **extra}
 
 
 def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: int, parent_key: str):

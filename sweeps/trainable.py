@@ -45,6 +45,11 @@ def resolve_trial(config: dict) -> tuple[Config, dict]:
 
 def reset_process_state(cfg: Config, meta: dict) -> int:
     """Per-trial global state, reset at the start of every trial (actors are reused across trials)."""
+    for var in ("SSAT_FAULT", "SSAT_FAULT_ONCE_DIR"):  # fault injection travels with the trial, never leaks
+        if meta.get(var):
+            os.environ[var] = meta[var]
+        else:
+            os.environ.pop(var, None)
     threads = cfg.system.threads or max(1, int(meta.get("cpus", 1)))
     torch.set_num_threads(threads)
     share = meta.get("gpu", 0) or 0

@@ -12,6 +12,7 @@ Everything MLflow is read through the tracking server's HTTP API (what a laptop 
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -19,12 +20,23 @@ from pathlib import Path
 
 # --- the MLflow server's HTTP API ---------------------------------------------------------------------------
 
-def _http(uri: str, path: str, body: dict | None = None, **params) -> bytes:
-    url = uri.rstrip("/") + path + ("?" + urllib.parse.urlencode(params) if params else "")
+def _http(uri: str, endpoint: str, body: dict | None = None, **params) -> bytes:
+    url = uri.rstrip("/") + endpoint + ("?" + urllib.parse.urlencode(params) if params else "")
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=15) as reply:
         return reply.read()
+
+
+def host_header_refused(uri: str, host: str) -> bool:
+    """True when the server answers 403 to a request carrying a Host header it does not allow."""
+    request = urllib.request.Request(uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1",
+                                     headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=15):
+            return False
+    except urllib.error.HTTPError as err:
+        return err.code == 403
 
 
 def mlflow_runs(uri: str, experiment: str) -> list[dict]:
@@ -123,3 +135,5 @@ def check_pinned_trials(context: dict) -> None:
     last = assert_run_logged(context["mlflow_uri"], runs["worker_node"], [2.0, 4.0])
     assert last["node_id"] == worker["node_id"], "the checkpoint in MLflow is not the worker's"
     assert_run_logged(context["mlflow_uri"], runs["head_node"], [1.0, 2.0])
+    # --allowed-hosts is in force: a Host header outside the list (DNS rebinding) is refused.
+    assert host_header_refused(context["mlflow_uri"], "rebind.example:5000")

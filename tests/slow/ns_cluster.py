@@ -12,8 +12,8 @@ ssh login, /etc/passwd) are private copies; the network is a fresh loopback.
 
 ray-up:    sshd on 127.0.0.1:22 only (generated keys) -> `ray up -y` a rendering of clusters/local.yaml ->
            `ray job submit` the payload -> the check -> `ray down -y` -> leftovers killed by PID.
-two-nodes: MLflow server + Ray head (clusters/slurm/ray_node.sh, token auth) in this namespace; a Ray worker
-           in nested PID/mount/UTS namespaces with its own host name, node address (127.0.0.2), HOME, TMPDIR,
+two-nodes: MLflow server + Ray head (clusters/slurm/ray_node.sh, token auth, node address 127.0.1.1) in this
+           namespace; a Ray worker in nested PID/mount/UTS namespaces with its own host name, address (127.0.2.1), HOME, TMPDIR,
            /tmp, /dev/shm and working folder, seeing only the shared storage (/srv) and the head's ports ->
            `ray job submit` the payload -> the check -> nodes stopped -> leftovers killed by PID.
 
@@ -48,7 +48,10 @@ JOB_EXCLUDES = [".git", ".venv", "data", "runs", "outputs", "mlruns", "mlartifac
 # clusters/local.yaml names the paths of the canonical checkout; the test renders them to its own folder.
 LOCAL_YAML_PATHS = {"/work/main/.venv": str(VENV_BIN.parent), "/work/main/data": "/mnt/data",
                     "/work/main/runs": "/mnt/runs"}
-HOSTS = "127.0.0.1 localhost ssat-head\n127.0.0.2 ssat-worker\n::1 localhost\n"
+# Node addresses of the two-node scenario. Not 127.0.0.1: Ray rewrites an --address of 127.0.0.1/localhost
+# to the local node's own address, so a worker would look for the GCS at its own address.
+HEAD_IP, WORKER_IP = "127.0.1.1", "127.0.2.1"
+HOSTS = f"127.0.0.1 localhost\n{HEAD_IP} ssat-head\n{WORKER_IP} ssat-worker\n::1 localhost\n"
 
 
 class ScenarioError(RuntimeError):
@@ -145,7 +148,7 @@ def private_machine(work: Path, passwd_home: Path | None) -> None:
         files.append("passwd")
     for name in files:
         sh("mount", "--bind", W / "etc" / name, f"/etc/{name}")
-    sh("mount", "-t", "tmpfs", "-o", "size=2g,mode=1777", "tmpfs", "/dev/shm")
+    sh("mount", "-t", "tmpfs", "-o", "size=8g,mode=1777", "tmpfs", "/dev/shm")
     sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run")
     (W / "tmp").mkdir(exist_ok=True)
     (W / "tmp").chmod(0o1777)
@@ -178,6 +181,8 @@ def processes() -> list[tuple[int, str]]:
 def kind_of(cmdline: str) -> str:
     if "sshd" in cmdline:
         return "sshd"
+    if cmdline.startswith("ssh"):  # ray up's ssh ControlMaster (ControlPersist=10s), not a Ray process
+        return "ssh"
     if "mlflow" in cmdline or "gunicorn" in cmdline or "uvicorn" in cmdline or "huey" in cmdline:
         return "mlflow"
     if "ray" in cmdline or "gcs_server" in cmdline:
@@ -188,7 +193,7 @@ def kind_of(cmdline: str) -> str:
 def kill_leftovers() -> dict[str, list[str]]:
     """Every process still alive, by kind, then killed by PID (TERM, then KILL after 5 s)."""
     left = processes()
-    report: dict[str, list[str]] = {"ray": [], "mlflow": [], "sshd": [], "other": []}
+    report: dict[str, list[str]] = {"ray": [], "mlflow": [], "sshd": [], "ssh": [], "other": []}
     for pid, cmdline in left:
         report[kind_of(cmdline)].append(f"{pid} {cmdline[:100]}")
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -316,12 +321,13 @@ def two_nodes_scenario(args, result: dict) -> None:
     token.chmod(0o600)
     (worker / "home" / "ray_auth_token").write_text(token.read_text())  # handed over out of band
     (worker / "home" / "ray_auth_token").chmod(0o600)
-    common = {"RAY_AUTH_MODE": "token", "MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",
+    mlflow_uri = f"http://{HEAD_IP}:5000"  # bound to the head's "private" address, as on a cluster
+    common = {"RAY_AUTH_MODE": "token", "MLFLOW_TRACKING_URI": mlflow_uri,
               "SSAT_STORAGE_PATH": "/srv/ray_results"}
     head_env = clean_env(head / "home", RAY_AUTH_TOKEN_PATH=str(token), **common)
 
     t0 = time.monotonic()
-    logged("mlflow_start", ["bash", str(REPO / "clusters" / "start_mlflow.sh"), "--host", "127.0.0.1",
+    logged("mlflow_start", ["bash", str(REPO / "clusters" / "start_mlflow.sh"), "--host", HEAD_IP,
                             "--port", "5000", "--backend-store-uri", f"sqlite:///{head}/mlflow/mlflow.db",
                             "--artifacts-destination", f"{head}/mlflow/artifacts",
                             "--state-dir", f"{head}/mlflow/state"], head_env, timeout=90)
@@ -329,13 +335,13 @@ def two_nodes_scenario(args, result: dict) -> None:
 
     node_script = str(REPO / "clusters" / "slurm" / "ray_node.sh")
     t0 = time.monotonic()
-    head_proc = subprocess.Popen(["bash", node_script, "head", "--node-ip", "127.0.0.1", "--port", "6379",
+    head_proc = subprocess.Popen(["bash", node_script, "head", "--node-ip", HEAD_IP, "--port", "6379",
                       "--num-cpus", "1", "--num-gpus", "0", "--resources", '{"head_node": 1}',
                       "--object-store-bytes", "200000000"],
                      env=head_env, cwd=head / "work", stdout=(LOGS / "ray_head.log").open("w"),
                      stderr=subprocess.STDOUT)
     wait_for("Ray head (GCS + dashboard)",
-             lambda: port_open("127.0.0.1", 6379) and port_open("127.0.0.1", 8265), 120)
+             lambda: port_open(HEAD_IP, 6379) and port_open("127.0.0.1", 8265), 120)
     timings["head_start_s"] = time.monotonic() - t0
 
     worker_env = clean_env(Path("/home/home"), RAY_AUTH_TOKEN_PATH="/home/home/ray_auth_token", **common)
@@ -346,10 +352,10 @@ def two_nodes_scenario(args, result: dict) -> None:
         "hostname ssat-worker",
         f"mount --bind {worker} /home",      # its own HOME (/home/home), TMPDIR (/tmp) and working folder
         "mount --bind /home/tmp /tmp",
-        "mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm",
+        "mount -t tmpfs -o size=8g,mode=1777 tmpfs /dev/shm",
         "mount -t tmpfs tmpfs /mnt",         # the head's folders vanish: only /srv and the network are shared
         "cd /home/work",
-        f"bash {node_script} worker --address 127.0.0.1:6379 --node-ip 127.0.0.2 --num-cpus 1 --num-gpus 0"
+        f"bash {node_script} worker --address {HEAD_IP}:6379 --node-ip {WORKER_IP} --num-cpus 1 --num-gpus 0"
         " --resources '{\"worker_node\": 1}' --object-store-bytes 200000000 &",
         "child=$!",
         "trap 'kill -TERM $child 2>/dev/null; wait $child' TERM",
@@ -364,7 +370,7 @@ def two_nodes_scenario(args, result: dict) -> None:
     def worker_joined() -> bool:
         if worker_proc.poll() is not None:
             raise ScenarioError(f"the worker exited {worker_proc.returncode} (logs/ray_worker.log)")
-        status = subprocess.run([RAY, "status", "--address", "127.0.0.1:6379"], env=head_env,
+        status = subprocess.run([RAY, "status", "--address", f"{HEAD_IP}:6379"], env=head_env,
                                 capture_output=True, text=True)
         return "worker_node" in status.stdout
 
@@ -373,9 +379,9 @@ def two_nodes_scenario(args, result: dict) -> None:
 
     name = "slow-two-nodes"
     context = {"kind": "two-nodes", "storage": "/srv/ray_results", "name": name, "data_root": "",
-               "mlflow_uri": "http://127.0.0.1:5000", "head_home": str(head / "home"),
+               "mlflow_uri": mlflow_uri, "head_home": str(head / "home"),
                "worker_home": "/home/home", "worker_home_seen_from_head": str(worker / "home"),
-               "head_ip": "127.0.0.1", "worker_ip": "127.0.0.2",
+               "head_ip": HEAD_IP, "worker_ip": WORKER_IP,
                "head_hostname": "ssat-head", "worker_hostname": "ssat-worker"}
     try:
         timings["job_submit_s"], output = submit("job_submit", head_env, args.payload, context, timeout=300)

@@ -1,7 +1,7 @@
 """Across nodes for real: a Ray head and a Ray worker, each in its own namespaces on this machine, sharing
 nothing but storage_path (/srv, like an NFS mount) and the head's ports (the MLflow tracking server, GCS).
 
-The worker has its own host name, node address (127.0.0.2), HOME, TMPDIR, /tmp, /dev/shm and working folder;
+The head is 127.0.1.1, the worker 127.0.2.1 with its own host name, HOME, TMPDIR, /tmp, /dev/shm and working folder;
 both nodes run clusters/slurm/ray_node.sh (the SLURM path) with token auth. A trial pinned to the worker by
 the custom resource `worker_node` must run there and log its run, per-epoch metrics and checkpoints to the
 head's MLflow server, where the check reads them back over HTTP (scenario two-nodes of ns_cluster.py).

@@ -1,0 +1,358 @@
+"""The FixMatch teacher: its two views, its mask and loss, the cache, the lock, and the pseudo-label checks.
+
+Expected values are computed here independently (plain Python math) from numbers typed in the tests.
+Teachers are trained for 3 steps on a small MNIST-5k split; their quality is the integration test's job.
+"""
+import math
+import multiprocessing as mp
+import os
+import time
+
+import pytest
+import torch
+
+import ssat.teacher as T
+from ssat.augment_strong import cutout, strong_augment, weak_augment
+from ssat.config import from_dict
+from ssat.datasets import DATASET_INFO, load_arrays, split_for, to_float
+from ssat.presets import preset, teacher_preset
+from ssat.pseudo_labels import PseudoLabelError
+from ssat.storage import save_verified
+
+TINY = {"data.n_unlabeled": 150, "data.n_val": 60, "teacher.steps": 3, "teacher.eval_every": 2,
+        "teacher.labeled_batch": 16, "teacher.unlabeled_batch": 24, "eval.autoattack": False, "eval.test_n": 40,
+        "eval.pgd_steps": [2], "system.threads": 1}
+
+
+def tiny_dict(tmp_path, method="mnist5k-ssat-mbi"):
+    d = preset(method)
+    d["teacher"] = teacher_preset("mnist5k")
+    d.setdefault("data", {})["teacher_dir"] = str(tmp_path / "teachers")
+    return d
+
+
+def tiny(tmp_path, method="mnist5k-ssat-mbi", **over):
+    return from_dict(tiny_dict(tmp_path, method), {**TINY, **over})
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return load_arrays("mnist5k")
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Count the trainings that ensure_teacher / resolve_teacher start."""
+    calls = []
+    real = T.train_teacher
+
+    def wrapper(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(T, "train_teacher", wrapper)
+    return calls
+
+
+# ---- the two views ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["mnist", "rgb"])
+def test_weak_and_strong_views_differ_and_stay_in_unit_box(mnist, kind):
+    if kind == "mnist":
+        x, flip = mnist.x_train[:32], False
+    else:
+        x, flip = torch.randint(0, 256, (32, 3, 32, 32), generator=torch.Generator().manual_seed(1),
+                                dtype=torch.uint8), True
+    rng_before = torch.get_rng_state()
+    g = torch.Generator().manual_seed(0)
+    w = weak_augment(x, g, flip=flip)
+    s = strong_augment(x, g, flip=flip, num_ops=2, magnitude=10, cutout_size=0.5)
+    assert torch.equal(torch.get_rng_state(), rng_before)  # RandAugment's global RNG was forked, not consumed
+    for v in (w, s):
+        assert v.shape == x.shape and v.dtype == torch.float32
+        assert v.min() >= 0 and v.max() <= 1
+    per_image = (w - s).abs().flatten(1).amax(1)
+    assert (per_image > 0.2).all()  # every strong view differs from its weak view (cutout alone does that)
+    assert (s == 0.5).flatten(1).any(1).all()  # a gray cutout square in every strong view
+    # Reproducible from the generator alone.
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    assert torch.equal(strong_augment(x, g1, flip=flip), strong_augment(x, g2, flip=flip))
+
+
+def test_strong_views_differ_across_images_of_a_batch(mnist):
+    """RandAugment is applied per image: copies of one image get different operations."""
+    x = mnist.x_train[:1].repeat(16, 1, 1, 1)
+    g = torch.Generator().manual_seed(0)
+    s = strong_augment(x, g, flip=False, num_ops=2, magnitude=10, cutout_size=0.0, pad=0)  # RandAugment only
+    distinct = {tuple(v.flatten().tolist()) for v in (s * 255).round().to(torch.uint8)}
+    assert len(distinct) >= 8
+
+
+def test_cutout_is_one_gray_square_of_the_given_side():
+    x = torch.zeros(6, 1, 28, 28)
+    out = cutout(x, torch.Generator().manual_seed(3), 0.5)
+    for img in out[:, 0]:
+        rows, cols = torch.nonzero(img == 0.5, as_tuple=True)
+        assert len(rows) > 0
+        h, w = rows.max() - rows.min() + 1, cols.max() - cols.min() + 1
+        assert h <= 14 and w <= 14 and len(rows) == h * w  # a (possibly clipped) solid 14 x 14 square
+        assert set(img.unique().tolist()) <= {0.0, 0.5}
+    assert out.shape == x.shape and x.abs().sum() == 0  # input untouched
+
+
+# ---- mask and loss ---------------------------------------------------------------------------
+def test_confidence_mask_on_hand_made_logits():
+    logits = torch.tensor([
+        [5.0, 0.0, 0.0],                       # p = e^5 / (e^5 + 2) = 0.9867 -> pass
+        [3.0, 0.0, 0.0],                       # p = 0.909 -> fail
+        [0.0, 0.0, 0.0],                       # p = 1/3 -> fail
+        [0.0, 8.0, 0.0],                       # p = 0.9993 -> pass, class 1
+        [math.log(0.96 / 0.02), 0.0, 0.0],     # p = 0.96 -> pass
+        [0.0, 0.0, math.log(0.94 / 0.03)],     # p = 0.94 -> fail, class 2
+    ])
+    mask, pseudo = T.confidence_mask(logits, 0.95)
+    assert mask.tolist() == [True, False, False, True, True, False]
+    assert pseudo.tolist()[:2] == [0, 0] and pseudo[3] == 1 and pseudo[5] == 2
+
+
+def _ce(row, target):
+    m = max(row)
+    return -(row[target] - m - math.log(sum(math.exp(v - m) for v in row)))
+
+
+def test_fixmatch_loss_against_a_hand_computation():
+    ll = [[2.0, -1.0, 0.5], [0.1, 0.2, 0.3]]
+    yl = [0, 2]
+    luw = [[6.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 7.0], [1.0, 1.0, 1.0]]   # rows 0 and 2 confident
+    lus = [[0.5, 1.0, -1.0], [2.0, 0.0, 0.0], [0.0, 3.0, 1.0], [0.0, 0.0, 0.0]]
+    lam = 0.7
+    sup = sum(_ce(r, t) for r, t in zip(ll, yl)) / 2
+    terms = []
+    for w, s in zip(luw, lus):
+        p = [math.exp(v) / sum(math.exp(u) for u in w) for v in w]
+        keep = max(p) >= 0.95
+        terms.append(_ce(s, p.index(max(p))) if keep else 0.0)
+    unsup = sum(terms) / 4  # averaged over ALL unlabeled images, masked ones count 0
+    out = T.fixmatch_loss(torch.tensor(ll), torch.tensor(yl), torch.tensor(luw, requires_grad=True),
+                          torch.tensor(lus), threshold=0.95, lambda_u=lam)
+    assert out["sup"].item() == pytest.approx(sup, rel=1e-5)
+    assert out["unsup"].item() == pytest.approx(unsup, rel=1e-5)
+    assert out["loss"].item() == pytest.approx(sup + lam * unsup, rel=1e-5)
+    assert out["mask_rate"].item() == pytest.approx(0.5)
+
+
+def test_no_gradient_flows_through_the_weak_view():
+    luw = torch.tensor([[6.0, 0.0], [0.0, 9.0]], requires_grad=True)
+    lus = torch.zeros(2, 2, requires_grad=True)
+    out = T.fixmatch_loss(torch.zeros(1, 2), torch.tensor([0]), luw, lus, threshold=0.95, lambda_u=1.0)
+    out["loss"].backward()
+    assert luw.grad is None and lus.grad is not None and lus.grad.abs().sum() > 0
+
+
+def test_cosine_schedule():
+    assert T.cosine_lr(0.1, 0, 100) == pytest.approx(0.1)
+    assert T.cosine_lr(0.1, 50, 100) == pytest.approx(0.05)
+    assert T.cosine_lr(0.1, 100, 100) == pytest.approx(0.0, abs=1e-12)
+
+
+# ---- identity and location ------------------------------------------------------------------
+def test_key_and_path(tmp_path, monkeypatch):
+    cfg = tiny(tmp_path)
+    _, split = split_for(cfg)
+    key = T.teacher_key(cfg, split)
+    assert len(key) == 16 and int(key, 16) >= 0
+    p = T.teacher_path(cfg, split)
+    assert p == (tmp_path / "teachers" / f"mnist5k-{split.hash}-{key}" / "teacher.pt").resolve()
+    # The architecture is resolved: None (the student's) and the same name spelled out are one teacher.
+    assert T.teacher_key(cfg.replace(**{"teacher.model": "cnn-small"}), split) == key
+    assert T.teacher_key(cfg.replace(**{"teacher.model": "wrn-16-1"}), split) != key
+    assert T.teacher_key(cfg.replace(**{"teacher.steps": 4}), split) != key
+    # Student-only settings do not change the teacher.
+    assert T.teacher_key(cfg.replace(**{"method.beta": 0.9, "seed": 5}), split) == key
+    _, other = split_for(cfg.replace(**{"data.split_seed": 1}))
+    assert T.teacher_key(cfg, other) != key
+    # teacher_dir: config, else $SSAT_TEACHER_DIR, else ./runs/teachers; always absolute.
+    bare = cfg.replace(**{"data.teacher_dir": None})
+    monkeypatch.setenv("SSAT_TEACHER_DIR", str(tmp_path / "env"))
+    assert T.teacher_path(bare, split).parent.parent == (tmp_path / "env").resolve()
+    monkeypatch.delenv("SSAT_TEACHER_DIR")
+    monkeypatch.chdir(tmp_path)
+    assert T.teacher_path(bare, split).parent.parent == (tmp_path / "runs" / "teachers").resolve()
+    assert T.teacher_path(bare, split).is_absolute()
+
+
+def test_teacher_pool(tmp_path):
+    cfg = tiny(tmp_path, **{"data.n_unlabeled": None})
+    arrays, split = split_for(cfg)
+    pool = T.teacher_pool(cfg, split, len(arrays.y_train))
+    assert len(pool) == len(arrays.y_train) - len(split.val)  # all but validation, labeled included
+    assert not set(pool) & set(split.val) and set(split.labeled) <= set(pool)
+    no_lab = T.teacher_pool(cfg.replace(**{"teacher.unlabeled_includes_labeled": False}), split, len(arrays.y_train))
+    assert not set(no_lab) & (set(split.val) | set(split.labeled))
+
+
+# ---- training, cache and lock ----------------------------------------------------------------
+def test_train_teacher_outputs_and_provenance(tmp_path):
+    cfg = tiny(tmp_path)
+    arrays, split = split_for(cfg)
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    out = T.train_teacher(cfg, arrays, split, log=lambda s: None)
+    assert torch.equal(torch.get_rng_state(), before)  # the student's seeding is not disturbed
+    assert out.logits.shape == (len(split.unlabeled), 10) and out.logits.dtype == torch.float32
+    assert out.split_hash == split.hash and out.model_name == "cnn-small"
+    p = out.provenance
+    for k in ("dataset", "split_hash", "teacher", "val_acc", "pseudo_label_acc", "train_seconds", "steps",
+              "selected_step", "test", "key"):
+        assert k in p, k
+    assert p["dataset"] == "mnist5k" and p["split_hash"] == split.hash and p["steps"] == 3
+    assert p["teacher"]["model"] == "cnn-small" and p["selected_step"] in (2, 3)
+    y_u = arrays.y_train[torch.from_numpy(split.unlabeled)]
+    assert p["pseudo_label_acc"] == pytest.approx(100 * (out.logits.argmax(1) == y_u).float().mean().item())
+    assert set(p["test"]) == {"clean", "pgd2"} and p["test"]["clean"]["protocol"]["n"] == 40
+    # The stored logits are the selected model's, un-augmented, in eval mode, in split.unlabeled's order.
+    model = T.load_teacher_model(out, 10, 1)
+    with torch.no_grad():
+        ref = model(to_float(arrays.x_train[torch.from_numpy(split.unlabeled)]))
+    torch.testing.assert_close(out.logits, ref, rtol=1e-4, atol=1e-4)
+    # Deterministic from the teacher seed.
+    again = T.train_teacher(cfg, arrays, split, log=lambda s: None)
+    torch.testing.assert_close(again.logits, out.logits)
+
+
+def test_cache_miss_then_hit(tmp_path, counted):
+    cfg = tiny(tmp_path)
+    path = T.ensure_teacher(cfg, log=lambda s: None)
+    assert counted == [1] and path.exists() and path.with_name("teacher.pt.sha256").exists()
+    mtime = path.stat().st_mtime_ns
+    assert T.ensure_teacher(cfg, log=lambda s: None) == path
+    arrays, split = split_for(cfg)
+    out = T.resolve_teacher(cfg, arrays, split, log=lambda s: None)
+    assert counted == [1] and path.stat().st_mtime_ns == mtime  # neither call trained or wrote
+    assert out.split_hash == split.hash and out.provenance["key"] == T.teacher_key(cfg, split)
+    # Another teacher config is another teacher: a miss.
+    other = cfg.replace(**{"teacher.seed": 1})
+    assert T.ensure_teacher(other, log=lambda s: None) != path and counted == [1, 1]
+
+
+def test_resolve_trains_when_not_cached_and_a_corrupt_cache_is_remade(tmp_path, counted):
+    cfg = tiny(tmp_path)
+    arrays, split = split_for(cfg)
+    T.resolve_teacher(cfg, arrays, split, log=lambda s: None)  # a trial whose sweep skipped ensure_teacher
+    assert counted == [1]
+    path = T.teacher_path(cfg, split)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    logs = []
+    T.ensure_teacher(cfg, log=logs.append)
+    assert counted == [1, 1] and any("checksum" in s for s in logs)
+    T.ensure_teacher(cfg, log=lambda s: None)
+    assert counted == [1, 1]
+
+
+def _concurrent_worker(cfg_dict, barrier, queue):
+    import time as _time
+
+    import ssat.teacher as TT
+    from ssat.config import from_dict as _from_dict
+
+    real, trained = TT.train_teacher, []
+
+    def slow(*a, **k):  # hold the lock long enough for the other process to arrive
+        trained.append(1)
+        _time.sleep(1.5)
+        return real(*a, **k)
+
+    TT.train_teacher = slow
+    cfg = _from_dict(cfg_dict)
+    import ssat.datasets  # noqa: F401  (imports done before the race starts)
+
+    logs = []
+    barrier.wait(timeout=120)
+    path = TT.ensure_teacher(cfg, log=logs.append)
+    queue.put((len(trained), str(path), logs))
+
+
+def test_two_concurrent_processes_train_one_teacher(tmp_path):
+    cfg = tiny(tmp_path)
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_concurrent_worker, args=(cfg.to_dict(), barrier, queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=180) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert sorted(r[0] for r in results) == [0, 1]  # one trained, the other waited and read
+    assert results[0][1] == results[1][1]
+    waiter = [r for r in results if r[0] == 0][0]
+    assert any("waiting" in s for s in waiter[2]) and any("cached" in s for s in waiter[2])
+    arrays, split = split_for(cfg)
+    assert T.load_cached_teacher(cfg, split, 10) is not None
+
+
+# ---- user-provided pseudo-labels -------------------------------------------------------------
+def _user_file(tmp_path, name, obj):
+    path = tmp_path / name
+    torch.save(obj, path)  # a user's plain torch.save file (no checksum sidecar)
+    return str(path)
+
+
+def test_user_pseudo_labels_are_checked(tmp_path, counted):
+    cfg = tiny(tmp_path)
+    arrays, split = split_for(cfg)
+    n = len(split.unlabeled)
+    probs = torch.softmax(torch.randn(n, 10, generator=torch.Generator().manual_seed(0)), 1)
+    cases = {
+        "shape.pt": ({"probs": probs[:-1], "split_hash": split.hash}, "shape"),
+        "classes.pt": ({"logits": torch.randn(n, 9), "split_hash": split.hash}, f"({n}, 10)"),
+        "sums.pt": ({"probs": probs * 1.5, "split_hash": split.hash}, "summing to 1"),
+        "negative.pt": ({"probs": probs - 0.2, "split_hash": split.hash}, "summing to 1"),
+        "split.pt": ({"probs": probs, "split_hash": "0123456789abcdef"}, "belongs to split"),
+        "nan.pt": ({"logits": torch.full((n, 10), float("nan")), "split_hash": split.hash}, "NaN"),
+        "empty.pt": ({"split_hash": split.hash}, "no 'logits' or 'probs'"),
+    }
+    for name, (obj, message) in cases.items():
+        bad = cfg.replace(**{"data.pseudo_labels": _user_file(tmp_path, name, obj)})
+        with pytest.raises(PseudoLabelError, match="data.pseudo_labels") as err:
+            T.resolve_teacher(bad, arrays, split, log=lambda s: None)
+        assert message in str(err.value), (name, str(err.value))
+    missing = cfg.replace(**{"data.pseudo_labels": str(tmp_path / "nope.pt")})
+    with pytest.raises(PseudoLabelError, match="no such file"):
+        T.resolve_teacher(missing, arrays, split, log=lambda s: None)
+    good = cfg.replace(**{"data.pseudo_labels": _user_file(tmp_path, "good.pt", {"probs": probs, "split_hash": split.hash})})
+    out = T.resolve_teacher(good, arrays, split, log=lambda s: None)
+    torch.testing.assert_close(out.probabilities(), probs, rtol=1e-4, atol=1e-6)
+    assert out.model_state is None and counted == []  # a user's teacher is never trained over
+
+
+# ---- AWR: the frozen teacher network ---------------------------------------------------------
+def test_awr_gets_weights_that_load_and_reproduce_the_logits(tmp_path):
+    cfg = tiny(tmp_path, "mnist5k-srst-awr")
+    assert cfg.is_awr
+    T.ensure_teacher(cfg, log=lambda s: None)
+    arrays, split = split_for(cfg)
+    out = T.resolve_teacher(cfg, arrays, split, log=lambda s: None)
+    assert out.model_name == "cnn-small" and out.model_state is not None
+    classes, channels = DATASET_INFO["mnist5k"][:2]
+    model = T.load_teacher_model(out, classes, channels)
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
+    with torch.no_grad():
+        ref = model(to_float(arrays.x_train[torch.from_numpy(split.unlabeled)]))
+    torch.testing.assert_close(out.logits, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_cli_trains_then_finds_the_teacher(tmp_path, capsys):
+    args = ["--preset", "mnist5k-ssat-mbi", "--teacher-dir", str(tmp_path / "t"), "--set"]
+    args += [f"{k}={v}" for k, v in TINY.items()]
+    assert T.main(args) == 0
+    first = capsys.readouterr().out
+    assert "pseudo-label acc" in first and "val acc" in first and "teacher step 3/3" in first
+    assert T.main(args) == 0
+    second = capsys.readouterr().out
+    assert "teacher step" not in second and "cached" in second
+    path = first.strip().splitlines()[-1].split("teacher: ", 1)[1]
+    assert os.path.exists(path) and path == second.strip().splitlines()[-1].split("teacher: ", 1)[1]
+    assert T.main(["--preset", "mnist5k-ssat-mbi", "--set", "teacher.stpes=3"]) == 2
+    assert "teacher.steps" in capsys.readouterr().err
