@@ -28,8 +28,8 @@ from . import collect
 from .specs import value
 from .tables import build_table
 
-FIGURES = ("beta", "rho", "pareto", "curves", "alpha")
-SIZES = {"beta": (12, 4), "rho": (12, 4), "pareto": (6, 5), "curves": (9, 9), "alpha": (12, 4)}
+FIGURES = ("beta", "rho", "pareto", "curves", "alpha", "ablation")
+SIZES = {"beta": (12, 4), "rho": (12, 4), "pareto": (6, 5), "curves": (9, 9), "alpha": (12, 4), "ablation": (12, 4)}
 DPI = 100
 MAX_CONFIGS = 8
 
@@ -190,6 +190,27 @@ def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_)
 
 
 # ---- entry points ----------------------------------------------------------------------------
+def ablation_figure(df_runs: pd.DataFrame, table: str = "ablation", **options) -> Figure:
+    """Table 2 (or 4) as bars: one panel per metric, one bar per row, error bars = std over seeds (ddof 1)."""
+    result = build_table(df_runs, table, **options)
+    fig = _figure("ablation")
+    axes = fig.subplots(1, len(result.columns), squeeze=False)[0]
+    rows = [r for block in result.blocks for r in block]
+    cells = result.cells[result.cells["group"] == result.groups[0]] if result.groups else result.cells
+    for ax, col in zip(axes, result.columns):
+        part = cells[cells["column"] == col.key].set_index("row").reindex(rows)
+        ax.bar(range(len(rows)), part["mean"].fillna(0.0), yerr=part["std"].fillna(0.0), capsize=3,
+               color=["#9ecae1" if "no-int" in r else "#3182bd" for r in rows])
+        ax.set_xticks(range(len(rows)), rows, rotation=30, ha="right", fontsize="small")
+        ax.set(title=col.label, ylabel="accuracy (%)")
+        finite = part["mean"].dropna()
+        if len(finite):
+            ax.set_ylim(max(0.0, finite.min() - 10), min(100.0, finite.max() + 5))
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"{result.spec.paper}: {result.spec.caption} ({', '.join(result.groups)})", fontsize="medium")
+    return fig
+
+
 def build_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame | None, figure: str, **options) -> Figure:
     """The matplotlib Figure of `figure` (one of FIGURES); `options` go to the table or the selection."""
     if figure not in FIGURES:
@@ -200,6 +221,8 @@ def build_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame | None, figure: st
         return rho_figure(df_runs, **options)
     if figure == "pareto":
         return pareto_figure(df_runs, **options)
+    if figure == "ablation":
+        return ablation_figure(df_runs, **options)
     if df_hist is None:
         raise ValueError(f"figure {figure!r} needs the per-epoch history (df_hist)")
     return (curves_figure if figure == "curves" else alpha_figure)(df_runs, df_hist, **options)

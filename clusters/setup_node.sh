@@ -81,7 +81,9 @@ install_env() {
         return
     fi
     ssat_log "installing the project into $venv from $lock"
-    "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -e "$repo"
+    # [dev] too: the lock is the whole environment (it pins pytest & co.), and check_node.sh verifies that
+    # every package of the lock is installed at its version.
+    "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -e "${repo}[dev]"
     if [[ -n "$extra_lock" ]]; then
         "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -r "$extra_lock"
     fi

@@ -11,6 +11,8 @@ It works on uint8 images with 1 (MNIST) or 3 channels. Every view returned is fl
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .datasets import augment, to_float
@@ -58,10 +60,25 @@ def randaugment(x_uint8: torch.Tensor, gen: torch.Generator, *, num_ops: int, ma
         return x_uint8.clone()
     ra = _randaugment(num_ops, magnitude, x_uint8.shape[1])
     seed = int(torch.randint(0, 2**62, (1,), generator=gen).item())
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), _single_thread(x_uint8.device):
         torch.manual_seed(seed)
         parts = [ra(x_uint8[i: i + chunk]) for i in range(0, len(x_uint8), chunk)]
     return torch.cat(parts)
+
+
+@contextlib.contextmanager
+def _single_thread(device: torch.device):
+    """Per-image ops are tiny: on a CPU, handing them to a thread pool costs more than the work (20x on a busy
+    2-core machine), so RandAugment runs on one intra-op thread; the setting is restored afterwards."""
+    if device.type != "cpu":
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def strong_augment(x_uint8: torch.Tensor, gen: torch.Generator, *, flip: bool, num_ops: int = 2,

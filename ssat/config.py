@@ -259,7 +259,7 @@ def _coerce(path: str, value: Any, tp) -> Any:
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         try:
             out = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"{path}: expected a number, got {value!r}") from None
         if not math.isfinite(out):
             raise ConfigError(f"{path}: expected a finite number, got {value!r}")
@@ -279,36 +279,59 @@ def _build_section(name: str, values: Any):
     kwargs = {}
     for key, value in values.items():
         if key not in hints:
-            raise ConfigError(f"unknown key '{name}.{key}'{_suggest(key, hints)}")
+            raise ConfigError(f"unknown key {name + '.' + key!r}{_suggest(key, hints)}")
         kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
     return cls(**kwargs)
 
 
 def from_dict(d: dict | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Build a validated Config from a nested dict plus dotted overrides."""
-    d = json.loads(json.dumps(d or {}))  # deep copy; also rejects non-JSON values early
+    try:
+        d = json.loads(json.dumps(d or {}))  # deep copy; also rejects non-JSON values early
+    except (TypeError, ValueError) as exc:
+        where = next(_non_plain(d, ""), "") if isinstance(exc, TypeError) else ""
+        raise ConfigError(f"{where or 'config'}: {exc}; allowed: numbers, strings, booleans, null, lists and "
+                          "mappings with string keys") from None
     if not isinstance(d, dict):
         raise ConfigError(f"config: expected a mapping, got {d!r}")
+    if not isinstance(overrides or {}, dict):
+        raise ConfigError(f"overrides: expected a mapping of dotted keys, got {overrides!r}")
     for key, value in (overrides or {}).items():
+        if not isinstance(key, str):
+            raise ConfigError(f"override key {key!r}: expected a dotted key string such as 'method.beta'")
         _set_dotted(d, key, value)
     top = {"seed"} | set(SECTIONS)
     for key in d:
         if key not in top:
-            raise ConfigError(f"unknown key '{key}'{_suggest(key, top)}")
+            raise ConfigError(f"unknown key {key!r}{_suggest(key, top)}")
     sections = {name: _build_section(name, d.get(name, {})) for name in SECTIONS}
     seed = _coerce("seed", d.get("seed", 0), int)
     return Config(seed=seed, **sections)
+
+
+def _non_plain(v: Any, path: str):
+    """Dotted paths of the values (or mapping keys) that JSON cannot hold."""
+    plain = (str, int, float, bool, type(None))
+    if isinstance(v, dict):
+        for k, x in v.items():
+            sub = f"{path}.{k}" if path else str(k)
+            yield from ([sub] if not isinstance(k, plain) else _non_plain(x, sub))
+    elif isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            yield from _non_plain(x, f"{path}[{i}]")
+    elif not isinstance(v, plain):
+        yield path
 
 
 def _set_dotted(d: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     if len(parts) == 1:
         if parts[0] != "seed":
-            raise ConfigError(f"unknown key '{key}'{_suggest(key, _all_dotted_keys())}")
+            raise ConfigError(f"unknown key {key!r}{_suggest(key, _all_dotted_keys())}")
         d["seed"] = value
         return
     if len(parts) != 2 or parts[0] not in SECTIONS:
-        raise ConfigError(f"unknown key '{key}'{_suggest(key, _all_dotted_keys())}")
+        raise ConfigError(f"unknown key {key!r}{_suggest(key, _all_dotted_keys())}")
     d.setdefault(parts[0], {})
     if not isinstance(d[parts[0]], dict):
         raise ConfigError(f"{parts[0]}: expected a mapping of keys, got {d[parts[0]]!r}")
@@ -331,7 +354,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value, e.g. method.beta=0.5")
         key, raw = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {item!r}: the value {raw!r} is not a valid YAML scalar or list "
+                              f"({getattr(exc, 'problem', None) or exc}); quote it or fix the brackets") from None
     return out
 
 
@@ -407,6 +434,8 @@ def validate(cfg: Config) -> None:
     _need(s.threads is None or s.threads >= 1, f"system.threads: {s.threads}; allowed: >= 1 or None")
     _need(s.cuda_memory_fraction is None or 0 < s.cuda_memory_fraction <= 1,
           f"system.cuda_memory_fraction: {s.cuda_memory_fraction}; allowed: 0 < x <= 1 or None")
+    _need(-2**63 <= cfg.seed < 2**64, f"seed: {cfg.seed}; allowed: a 64-bit integer (torch's seed range)")
+    _need(d.split_seed >= 0, f"data.split_seed: {d.split_seed}; allowed: >= 0 (numpy's seed range)")
     _need(d.n_labeled is None or d.n_labeled >= 1, f"data.n_labeled: {d.n_labeled}; allowed: >= 1")
     _need(d.n_val is None or d.n_val >= 0, f"data.n_val: {d.n_val}; allowed: >= 0")
     _need(d.n_unlabeled is None or d.n_unlabeled >= 0, f"data.n_unlabeled: {d.n_unlabeled}; allowed: >= 0 or None")
@@ -427,6 +456,7 @@ def validate_teacher(t: "TeacherConfig") -> None:
     _need(t.ema is None or 0 < t.ema < 1, f"teacher.ema: {t.ema}; allowed: 0 < ema < 1 or None")
     _need(0 <= t.cutout <= 1, f"teacher.cutout: {t.cutout}; allowed: 0..1")
     _need(0 <= t.randaugment_magnitude <= 30, f"teacher.randaugment_magnitude: {t.randaugment_magnitude}; allowed: 0..30")
+    _need(-2**63 <= t.seed < 2**64, f"teacher.seed: {t.seed}; allowed: a 64-bit integer (torch's seed range)")
     _need(t.randaugment_ops >= 0, f"teacher.randaugment_ops: {t.randaugment_ops}; allowed: >= 0")
 
 
@@ -444,7 +474,11 @@ def scale_epochs(d: dict, epochs: int) -> dict:
         raise ConfigError(f"--epochs: {epochs}; allowed: >= 1")
 
     def sc(x, lo=1):
-        return None if x is None else max(lo, int(math.floor(x * epochs / old + 0.5)))
+        try:
+            return None if x is None else max(lo, int(math.floor(x * epochs / old + 0.5)))
+        except OverflowError:
+            raise ConfigError(f"--epochs: {epochs}; allowed: a positive integer small enough to rescale "
+                              f"the {old}-epoch run") from None
 
     d.setdefault("optim", {})["epochs"] = epochs
     att = d.setdefault("attack", {})

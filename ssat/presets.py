@@ -151,7 +151,7 @@ TEACHER_PRESETS = {
     # 500 epochs x floor(73,257 / 128) = 572 steps.
     "svhn": {**_SRST_AWR_TEACHER, "steps": 286_000, "eval_every": 2860},
     # Not in the paper: CPU-sized (< 2 min on 2 cores with cnn-small), measured in tests/integration/test_teacher.py.
-    "mnist5k": {**_SRST_AWR_TEACHER, "steps": 400, "eval_every": 50, "lr": 0.03, "nesterov": True,
+    "mnist5k": {**_SRST_AWR_TEACHER, "steps": 500, "eval_every": 50, "lr": 0.03, "nesterov": True,
                 "randaugment_ops": 2},
 }
 

@@ -168,20 +168,6 @@ def _threads(n: int | None):
         torch.set_num_threads(old)
 
 
-@contextlib.contextmanager
-def _one_thread(device: torch.device):
-    """RandAugment's per-image ops are tiny; on a CPU, thread hand-offs cost more than the work."""
-    if device.type != "cpu":
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
     with torch.no_grad():
         for pe, pm in zip(ema.parameters(), model.parameters()):
@@ -257,9 +243,8 @@ def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, fli
         if ul_batches is not None:
             bu = ul_batches.next()
             x_uw = weak_augment(xu[bu], gen, flip=flip)
-            with _one_thread(device):
-                x_us = strong_augment(xu[bu], gen, flip=flip, num_ops=t.randaugment_ops,
-                                      magnitude=t.randaugment_magnitude, cutout_size=t.cutout)
+            x_us = strong_augment(xu[bu], gen, flip=flip, num_ops=t.randaugment_ops,
+                                  magnitude=t.randaugment_magnitude, cutout_size=t.cutout)
         else:
             x_uw = x_us = x_l[:0]
         model.train()

@@ -2,15 +2,30 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 from ray.tune import Callback
 
+import functools
+import traceback
+
 from .tracking import Tracker, epoch_metrics, final_metrics
 from .trainable import resolve_trial
 
 ARTIFACTS = ("best.pt", "best.pt.sha256", "last.pt", "last.pt.sha256", "config.json", "trial.log")
+
+
+def _guarded(hook):
+    """A tracking problem must never stop training: report it and go on (operations stay queued)."""
+    @functools.wraps(hook)
+    def run(self, *args, **kwargs):
+        try:
+            return hook(self, *args, **kwargs)
+        except Exception:
+            print(f"[tracking] {hook.__name__} failed; training goes on:\n{traceback.format_exc(limit=3)}", flush=True)
+    return run
 
 
 class TrackingCallback(Callback):
@@ -20,9 +35,10 @@ class TrackingCallback(Callback):
     MLflow client lazily, so `Tuner.restore` brings it back working.
     """
 
-    def __init__(self, uri: str, experiment: str, sweep_dir: str, parent_key: str, artifact_root: str | None = None):
+    def __init__(self, uri: str, experiment: str, sweep_dir: str, parent_run_id: str | None,
+                 artifact_root: str | None = None):
         self.uri, self.experiment, self.sweep_dir = uri, experiment, sweep_dir
-        self.parent_key, self.artifact_root = parent_key, artifact_root
+        self.parent_run_id, self.artifact_root = parent_run_id, artifact_root
         self._tracker: Tracker | None = None
         self._seen: set[str] = set()
 
@@ -41,7 +57,7 @@ class TrackingCallback(Callback):
         key = meta["trial_key"]
         if key not in self._seen:
             t = self.tracker
-            parent = t.find_run(self.parent_key)
+            parent = self.parent_run_id
             tags = {"ssat.kind": "trial", "ssat.sweep": meta["sweep"], "ssat.stage": meta["stage"],
                     "ssat.table": meta.get("table", ""), "ssat.row": meta.get("row", ""),
                     "ssat.column_group": meta.get("column_group", ""), "ssat.seed": cfg.seed,
@@ -59,6 +75,7 @@ class TrackingCallback(Callback):
         self.tracker.set_tags(key, {"ssat.ray_trial_id": trial.trial_id})
         return key, meta
 
+    @_guarded
     def on_trial_result(self, iteration, trials, trial, result, **info):
         key, _ = self._start(trial)
         t = self.tracker
@@ -74,6 +91,7 @@ class TrackingCallback(Callback):
         if any(k.startswith("test/") for k in metrics) or tags:
             t.log_final(key, metrics, tags, int(result["epoch"]))
 
+    @_guarded
     def on_trial_complete(self, iteration, trials, trial, **info):
         key, _ = self._start(trial)
         if "failed_reason" in (trial.last_result or {}):
@@ -92,6 +110,7 @@ class TrackingCallback(Callback):
         self.tracker.set_tags(key, {"ssat.status": "FINISHED"})
         self.tracker.end(key, "FINISHED")
 
+    @_guarded
     def on_trial_error(self, iteration, trials, trial, **info):
         key, _ = self._start(trial)
         reason = "error"
@@ -102,5 +121,6 @@ class TrackingCallback(Callback):
         self.tracker.set_tags(key, {"ssat.status": f"FAILED: {reason[:480]}"})
         self.tracker.end(key, "FAILED")
 
+    @_guarded
     def on_experiment_end(self, trials, **info):
-        self.tracker.flush()
+        self.tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))

@@ -52,6 +52,7 @@ def execute(spec: Spec, paths: Paths, state: dict, resume: bool = False, rerun_f
     spec_file.write_text(json.dumps(state["source"], indent=1))
     tracker.log_artifact(parent, spec_file, None)
     tracker.drain()
+    parent_run_id = tracker.find_run(parent)
     t0 = time.perf_counter()
     base_cfgs = [t.config for t in spec.trials()] if spec.grid else [spec.config_for({}, spec.seeds[0])]
     teacher_runs = teacher_stage(base_cfgs, tracker, spec.name, paths.teacher_dir, log=log)
@@ -71,10 +72,10 @@ def execute(spec: Spec, paths: Paths, state: dict, resume: bool = False, rerun_f
             tuner = tune.Tuner.restore(str(phase_dir), trainable=tune.with_resources(train_trial, spec.resources),
                                        resume_errored=True, restart_errored=rerun_failed)
         elif phase == "search":
-            tuner = search_tuner(spec, paths, state["tracking_uri"], meta, a["max_failures"], parent)
+            tuner = search_tuner(spec, paths, state["tracking_uri"], meta, a["max_failures"], parent_run_id)
         else:
             trials = spec.trials() if phase == "grid" else confirm_trials(spec, state["confirm_configs"])
-            tuner = grid_tuner(spec, trials, paths, phase, state["tracking_uri"], meta, a["max_failures"], parent)
+            tuner = grid_tuner(spec, trials, paths, phase, state["tracking_uri"], meta, a["max_failures"], parent_run_id)
         results = tuner.fit()
         done, total, problems = phase_status(results)
         log(f"[stage] {phase}: {done}/{total} trials finished in {time.perf_counter() - t1:.1f} s")
@@ -95,7 +96,7 @@ def execute(spec: Spec, paths: Paths, state: dict, resume: bool = False, rerun_f
         _save_state(paths, state)
     tracker.set_tags(parent, {"ssat.status": "FINISHED"})
     tracker.end(parent, "FINISHED")
-    tracker.flush()
+    tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
     state["status"] = "done"
     _save_state(paths, state)
     log(f"sweep {spec.name} finished; runs in {uri} (experiment {spec.name})")

@@ -225,13 +225,13 @@ def _meta(spec: Spec, extra: dict) -> dict:
             "metrics": spec.metric, **faults, **extra}
 
 
-def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: int, parent_key: str):
+def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None):
     from ray import tune
 
     from .callback import TrackingCallback
     from .progress import ProgressCallback
 
-    cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_key,
+    cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_run_id,
                           artifact_root=str(paths.workdir / "mlartifacts"))
     return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback()],
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
@@ -239,7 +239,7 @@ def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: in
 
 
 def grid_tuner(spec: Spec, trials: list[Trial], paths: Paths, phase: str, uri: str, meta: dict, max_failures: int,
-               parent_key: str):
+               parent_run_id: str | None):
     from ray import tune
 
     from .trainable import train_trial
@@ -249,10 +249,10 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths: Paths, phase: str, uri: s
     trainable = tune.with_resources(train_trial, spec.resources)
     return tune.Tuner(trainable, param_space={"trial": tune.grid_search(space)},
                       tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
-                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_key))
+                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id))
 
 
-def search_tuner(spec: Spec, paths: Paths, uri: str, meta: dict, max_failures: int, parent_key: str):
+def search_tuner(spec: Spec, paths: Paths, uri: str, meta: dict, max_failures: int, parent_run_id: str | None):
     from optuna.samplers import TPESampler
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
@@ -275,7 +275,7 @@ def search_tuner(spec: Spec, paths: Paths, uri: str, meta: dict, max_failures: i
     return tune.Tuner(tune.with_resources(train_trial, spec.resources), param_space=param_space,
                       tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=s["num_samples"],
                                                   max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
-                      run_config=_run_config(spec, paths, "search", uri, max_failures, parent_key))
+                      run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id))
 
 
 def phase_status(results) -> tuple[int, int, list[str]]:

@@ -22,6 +22,8 @@ def check_space(space: dict, path: str = "<spec>") -> None:
     seen: list[str] = []
     for key, dist in space.items():
         where = f"search.space.{key}"
+        if not isinstance(key, str):
+            raise SpecError(f"{path}: {where}: expected a dotted config key such as 'method.beta', got {key!r}")
         if not isinstance(dist, dict):
             raise SpecError(f"{path}: {where}: expected {{choice: [...]}}, {{float: [lo, hi]}} or {{int: [lo, hi]}}")
         _keys(dist, DIST_KEYS, path, f"{where}.")
@@ -39,6 +41,8 @@ def check_space(space: dict, path: str = "<spec>") -> None:
                 raise SpecError(f"{path}: {where}.{kind}: {val!r}; allowed: [low, high] with low < high")
             if dist.get("log") and val[0] <= 0:
                 raise SpecError(f"{path}: {where}: a log range needs low > 0, got {val[0]}")
+        if not isinstance(dist.get("when") or {}, dict):
+            raise SpecError(f"{path}: {where}.when: {dist['when']!r}; expected {{earlier.key: [values]}}")
         for parent, allowed in (dist.get("when") or {}).items():
             if parent not in seen:
                 raise SpecError(f"{path}: {where}.when: {parent!r} must be a parameter listed before {key!r}")

