@@ -6,7 +6,12 @@
 #
 #   setup_node.sh --role head|worker (--install --venv DIR | --use-venv DIR)
 #                 --auth-mode disabled|token --data-root DIR [--data-src SRC] --storage-path PATH_OR_URI
-#                 [--mlflow-host IP] [--mlflow-port 5000] [--gpu auto|required|none] [--extra-lock FILE]
+#                 [--nfs SERVER:/EXPORT --nfs-mount DIR] [--mlflow-host IP] [--mlflow-port 5000]
+#                 [--gpu auto|required|none] [--extra-lock FILE]
+#
+# --storage-path is the folder every node reaches (the sweep CLI's --workdir: Tune's storage_path, the
+# teacher cache and the tracking spool live under it); with --nfs it is on that NFS export (e.g. EFS),
+# mounted at the same path on every node before the checks.
 #
 # Why an install at setup time rather than a prepared image: requirements.lock is the one description of
 # the environment, tested in CI; installing from it on a stock GPU image (about 2 minutes and 6.5 GB per
@@ -25,7 +30,7 @@ source "$here/lib.sh"
 
 lock="$repo/requirements.lock"
 role="" venv="" install=0 auth_mode="" data_root="" data_src="" storage="" gpu=auto
-mlflow_host="" mlflow_port=5000 extra_lock=""
+mlflow_host="" mlflow_port=5000 extra_lock="" nfs="" nfs_mount=""
 while (($#)); do
     case "$1" in
         --role) role=$2; shift 2 ;;
@@ -40,6 +45,8 @@ while (($#)); do
         --mlflow-port) mlflow_port=$2; shift 2 ;;
         --gpu) gpu=$2; shift 2 ;;
         --extra-lock) extra_lock=$2; shift 2 ;;
+        --nfs) nfs=$2; shift 2 ;;
+        --nfs-mount) nfs_mount=$2; shift 2 ;;
         *) ssat_die "setup_node.sh: unknown argument $1" ;;
     esac
 done
@@ -89,6 +96,28 @@ install_env() {
     fi
     printf '%s\n' "$want" >"$stamp"
 }
+
+mount_nfs() {
+    local sudo=""
+    [[ $EUID -eq 0 ]] || sudo="sudo -n"
+    if ! mountpoint -q "$nfs_mount"; then
+        if ! command -v mount.nfs4 >/dev/null; then
+            $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q nfs-common
+        fi
+        $sudo mkdir -p "$nfs_mount"
+        # The options AWS recommends for EFS (NFS 4.1, 1 MiB transfers, hard mounts, new port on reconnect).
+        $sudo mount -t nfs4 -o nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport \
+            "$nfs" "$nfs_mount"
+    fi
+    # The export's root belongs to root: give the ssh user the storage folder.
+    $sudo install -d -o "$(id -u)" -g "$(id -g)" "$storage"
+}
+
+if [[ -n "$nfs" || -n "$nfs_mount" ]]; then
+    [[ -n "$nfs" && -n "$nfs_mount" && "$storage" == "$nfs_mount"/* ]] ||
+        ssat_die "--nfs and --nfs-mount go together, and --storage-path must be below --nfs-mount"
+    mount_nfs
+fi
 
 if ((install)); then
     install_env

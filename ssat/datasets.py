@@ -197,9 +197,10 @@ def make_split(dataset: str, y: torch.Tensor | np.ndarray, *, split_seed: int, n
     n_labeled = d_lab if n_labeled is None else n_labeled
     n_val = d_val if n_val is None else n_val
     rng = np.random.default_rng(split_seed)
-    fixed = np.asarray(labeled_idx, dtype=np.int64) if labeled_idx is not None else np.empty(0, np.int64)
+    fixed = np.empty(0, np.int64)
     if labeled_idx is not None:
-        _check_labeled_idx(fixed, len(y))
+        _check_labeled_idx(np.asarray(labeled_idx), len(y))
+        fixed = np.asarray(labeled_idx, dtype=np.int64)
     pool = np.setdiff1d(np.arange(len(y)), fixed)
     if n_val + (0 if labeled_idx is not None or fully_labeled else n_labeled) > len(pool):
         raise DataError(f"data.n_val + data.n_labeled = {n_val + n_labeled} exceed the {len(y)} training images")
@@ -229,6 +230,8 @@ def make_split(dataset: str, y: torch.Tensor | np.ndarray, *, split_seed: int, n
 
 
 def _check_labeled_idx(idx: np.ndarray, n: int) -> None:
+    if not np.issubdtype(np.asarray(idx).dtype, np.integer):
+        raise DataError(f"data.labeled_idx_file: expected integer indices, got dtype {np.asarray(idx).dtype}")
     if idx.ndim != 1 or len(idx) == 0:
         raise DataError(f"data.labeled_idx_file: expected a non-empty 1-D array of indices, got shape {idx.shape}")
     if idx.min() < 0 or idx.max() >= n:

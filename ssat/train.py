@@ -36,6 +36,9 @@ from .schedules import epsilon_schedule, lr_at, rho_schedule
 from .storage import load_verified, save_verified
 
 
+CHECK_EVERY = 25  # steps between finiteness checks on a GPU (each check synchronises)
+
+
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
 
@@ -181,8 +184,13 @@ class Trainer:
         sched = self.schedule(epoch)
         for g in self.opt.param_groups:
             g["lr"] = sched["lr"]
-        sums: dict[str, float] = {}
-        n_img, linf_max, adv_linf_sum, alpha_sum, a_min, a_one, n_att = 0, 0.0, 0.0, 0.0, 0, 0, 0
+        # Statistics stay on the device and are read once per epoch (and the finiteness flag every
+        # CHECK_EVERY steps): a .item() per step would stall a GPU that is launch-bound on small models.
+        zero = torch.zeros((), device=self.device)
+        sums: dict[str, torch.Tensor] = {}
+        stats = {k: zero.clone() for k in ("linf_max", "adv_linf", "alpha", "a_min", "a_one")}
+        bad = torch.zeros((), dtype=torch.bool, device=self.device)
+        n_img, n_att = 0, 0
         k_floor = 2.0 ** -self.cfg.method.K
         t0 = time.perf_counter()
         for i, batch in enumerate(self.batches.epoch(self.gen)):
@@ -196,33 +204,43 @@ class Trainer:
             loss = terms["loss"]
             if faults.active("nan", epoch):
                 loss = loss * float("nan")
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(f"loss became {loss.item()} at epoch {epoch}, step {i + 1}")
+            bad |= ~torch.isfinite(loss.detach())
+            if (i + 1) % CHECK_EVERY == 0 or self.device.type == "cpu":
+                self._check_finite(bad, epoch, i + 1)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             self.opt.step()
             with torch.no_grad():
                 b = len(x)
                 for k, v in terms.items():
-                    sums[k] = sums.get(k, 0.0) + v.item() * b
-                linf_max = max(linf_max, (x_pgd - x).abs().flatten(1).max(1).values.max().item())
-                adv_linf_sum += (x_adv - x).abs().flatten(1).max(1).values.float().sum().item()
-                alpha_sum += alpha.sum().item()
-                a_min += (alpha <= k_floor + 1e-9).sum().item()
-                a_one += (alpha >= 1.0).sum().item()
+                    sums[k] = sums.get(k, zero) + v.detach().float() * b
+                stats["linf_max"] = torch.maximum(stats["linf_max"], (x_pgd - x).abs().max().float())
+                stats["adv_linf"] += (x_adv - x).abs().flatten(1).max(1).values.float().sum()
+                stats["alpha"] += alpha.sum()
+                stats["a_min"] += (alpha <= k_floor + 1e-9).sum()
+                stats["a_one"] += (alpha >= 1.0).sum()
                 n_att += b
                 n_img += n_batch
+        self._check_finite(bad, epoch, "the end")
         if self.swa is not None and epoch > self.cfg.optim.swa_start:
             self.swa.update_parameters(self.model)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         secs = time.perf_counter() - t0
         self.train_seconds += secs
-        out = {f"train/{k}": v / max(n_att, 1) for k, v in sums.items()}
+        n = max(n_att, 1)
+        out = {f"train/{k}": v.item() / n for k, v in sums.items()}
         out.update({"sched/eps_max": sched["eps_max"], "sched/rho": sched["rho"], "sched/lr": sched["lr"],
-                    "adv/pgd_linf_max": linf_max, "adv/adv_linf_mean": adv_linf_sum / max(n_att, 1),
-                    "adv/alpha_mean": alpha_sum / max(n_att, 1), "adv/alpha_min_share": a_min / max(n_att, 1),
-                    "adv/alpha_one_share": a_one / max(n_att, 1), "perf/epoch_seconds": secs,
+                    "adv/pgd_linf_max": stats["linf_max"].item(), "adv/adv_linf_mean": stats["adv_linf"].item() / n,
+                    "adv/alpha_mean": stats["alpha"].item() / n, "adv/alpha_min_share": stats["a_min"].item() / n,
+                    "adv/alpha_one_share": stats["a_one"].item() / n, "perf/epoch_seconds": secs,
                     "perf/images_per_s": n_img / secs if secs > 0 else 0.0})
         return out
+
+    @staticmethod
+    def _check_finite(bad: torch.Tensor, epoch: int, step) -> None:
+        if bad.item():
+            raise TrainingDiverged(f"loss became nan or infinite at epoch {epoch} (detected at step {step})")
 
     # ---- validation and selection -------------------------------------------------------------
     def _swa_active(self, epoch: int) -> bool:

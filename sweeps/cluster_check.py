@@ -13,7 +13,8 @@ it is checked against the Ray that requirements.lock pins), then the project's r
 - ``RAY_AUTH_MODE`` set explicitly (disabled|token), to one value, before every ``ray start``/``ray stop``
 - the head starts an MLflow server, never bound to 0.0.0.0 without ``--allowed-hosts`` (nor to ``*``);
   the dashboard (job API) is not bound to 0.0.0.0
-- every node gets the same storage_path, object storage on a cloud provider; a data root is checked
+- every node gets the same storage path, on a cloud below an NFS mount every node makes (or object
+  storage); a data root is checked
 
 Scripts get ``bash -n``, ``shellcheck`` when installed, and the pin / MLflow / auth rules. No torch here.
 """
@@ -312,9 +313,11 @@ def storage_problems(commands: list[str], provider: str) -> list[str]:
     if len(values) > 1:
         problems.append(f"nodes get different storage paths {sorted(values)}: every node must see the same one")
     if provider != "local":
-        problems += [f"storage_path {v} is a node-local path: Ray no longer syncs trial folders to the head; "
-                     "use object storage (s3://, gs://, abfs://) every node reaches"
-                     for v in values if not v.startswith(OBJECT_STORE_SCHEMES)]
+        shared = [m.rstrip("/") + "/" for c in commands for m in flag_values(tokens_of(c), "--nfs-mount")]
+        problems += [f"storage path {v} is node-local: Ray no longer syncs trial folders to the head; use a "
+                     "folder below an NFS mount every node gets (--nfs/--nfs-mount) or object storage"
+                     for v in values if not v.startswith(OBJECT_STORE_SCHEMES)
+                     and not any(v.startswith(m) for m in shared)]
     return problems
 
 

@@ -50,9 +50,13 @@ class Paths:
 
 def sweep_paths(workdir: str | Path, name: str) -> Paths:
     """Paths of a sweep; the name was validated (no '/', no '..'), and the result must stay inside workdir."""
+    from .spec import NAME_RE
+
     p = Paths(Path(workdir).resolve(), name)
-    if p.workdir not in p.sweep_dir.resolve().parents:
-        raise SweepError(f"sweep name {name!r} escapes the working folder")
+    root = p.workdir / "runs" / "sweeps"
+    if not NAME_RE.fullmatch(name) or ".." in name or p.sweep_dir.resolve().parent != root:
+        raise SweepError(f"sweep name {name!r}: allowed 1-100 letters, digits, '.', '_' or '-' (it must stay "
+                         f"inside {root})")
     return p
 
 

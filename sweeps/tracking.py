@@ -24,7 +24,7 @@ EPOCH_PREFIXES = ("train/", "val/", "adv/", "sched/", "perf/")
 RETRY_AFTER_S = 15.0
 # The driver's client must fail fast when a server is away (MLflow's defaults retry for minutes and would
 # hold up Tune's loop, and with it every trial's reports).
-for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0.5"),
+for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
                    ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
     os.environ.setdefault(_var, _val)
 STEP_PROBE = "perf/epoch_seconds"  # every epoch logs it; its history gives the last logged step

@@ -98,8 +98,13 @@ def assert_checkpoints_in_storage(context: dict, trials: int, reports: int) -> N
 # --- the checks the test files name ---------------------------------------------------------------------------
 
 def check_tiny_tune(context: dict) -> None:
-    """`ray up` scenario: the sweep finished, its checkpoints are in storage_path, its runs on the head's MLflow."""
-    assert_payload_ok(context, trials=2)
+    """`ray up` scenario: the sweep finished, its checkpoints are in storage_path, its runs on the head's MLflow,
+    and the job's driver saw the node settings setup_node.sh wrote (the venv first on its PATH)."""
+    result = assert_payload_ok(context, trials=2)
+    env = result["driver_env"]
+    assert env["SSAT_STORAGE_PATH"] == context["storage"] and env["SSAT_DATA_ROOT"] == context["data_root"], env
+    assert env["MLFLOW_TRACKING_URI"] == context["mlflow_uri"] and env["RAY_AUTH_MODE"] == "disabled", env
+    assert env["python_on_path"] == f"{env['SSAT_VENV']}/bin/python", env
     assert_checkpoints_in_storage(context, trials=2, reports=2)
     runs = mlflow_runs(context["mlflow_uri"], context["name"])
     assert len(runs) == 2, [r["info"]["run_name"] for r in runs]

@@ -328,15 +328,15 @@ def two_nodes_scenario(args, result: dict) -> None:
               "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
     head_env = clean_env(head / "home", RAY_AUTH_TOKEN_PATH=str(token), **common)
 
+    # The tracking server and the Ray head start side by side (the worker needs both, the head neither).
     t0 = time.monotonic()
-    logged("mlflow_start", ["bash", str(REPO / "clusters" / "start_mlflow.sh"), "--host", HEAD_IP,
-                            "--port", "5000", "--backend-store-uri", f"sqlite:///{head}/mlflow/mlflow.db",
-                            "--artifacts-destination", f"{head}/mlflow/artifacts",
-                            "--state-dir", f"{head}/mlflow/state"], head_env, timeout=90)
-    timings["mlflow_start_s"] = time.monotonic() - t0
+    mlflow_proc = subprocess.Popen(
+        ["bash", str(REPO / "clusters" / "start_mlflow.sh"), "--host", HEAD_IP, "--port", "5000",
+         "--backend-store-uri", f"sqlite:///{head}/mlflow/mlflow.db", "--artifacts-destination",
+         f"{head}/mlflow/artifacts", "--state-dir", f"{head}/mlflow/state"],
+        env=head_env, cwd=head / "work", stdout=(LOGS / "mlflow_start.log").open("w"), stderr=subprocess.STDOUT)
 
     node_script = str(REPO / "clusters" / "slurm" / "ray_node.sh")
-    t0 = time.monotonic()
     head_proc = subprocess.Popen(["bash", node_script, "head", "--node-ip", HEAD_IP, "--port", "6379",
                       "--num-cpus", "1", "--num-gpus", "0", "--resources", '{"head_node": 1}',
                       "--object-store-bytes", "200000000"],
@@ -345,6 +345,9 @@ def two_nodes_scenario(args, result: dict) -> None:
     wait_for("Ray head (GCS + dashboard)",
              lambda: port_open(HEAD_IP, 6379) and port_open("127.0.0.1", 8265), 120)
     timings["head_start_s"] = time.monotonic() - t0
+    if mlflow_proc.wait(timeout=120):
+        raise ScenarioError(f"start_mlflow.sh exited {mlflow_proc.returncode} (logs/mlflow_start.log)")
+    timings["mlflow_and_head_start_s"] = time.monotonic() - t0
 
     worker_env = clean_env(Path("/home/home"), RAY_AUTH_TOKEN_PATH="/home/home/ray_auth_token", **common)
     # The worker's PID 1 is this bash: it forwards SIGTERM to `ray start --block` (a PID 1 without a handler

@@ -12,6 +12,9 @@ from cluster_harness import explain, run_cluster_scenario
 # The job: arguments after the venv's python, run in the job's working dir (a copy of the repository).
 # Placeholders: {storage} (Tune storage_path), {name}, {mlflow_uri}, {data_root}.
 PAYLOAD = ["tests/slow/payloads/tiny_tune.py", "--storage-path", "{storage}", "--name", "{name}"]
+# The sweep CLI instead (its CHECK must then read what it logs):
+# PAYLOAD = ["-m", "sweeps", "run", "sweeps/specs/mnist5k-smoke.yaml", "--address", "auto", "--workdir", "{storage}",
+#            "--tracking-uri", "{mlflow_uri}"]
 # Run inside the namespace while the cluster is up: "module:function" of tests/slow, given the context.
 CHECK = "checks:check_tiny_tune"
 

@@ -15,6 +15,9 @@ from cluster_harness import explain, run_cluster_scenario
 # Placeholders: {storage} (/srv/ray_results, on both nodes), {name}, {mlflow_uri}. The head offers the custom
 # resource head_node=1 and the worker worker_node=1 (1 CPU each).
 PAYLOAD = ["tests/slow/payloads/pinned_trials.py", "--storage-path", "{storage}", "--name", "{name}"]
+# The sweep CLI instead (its CHECK must then read what it logs):
+# PAYLOAD = ["-m", "sweeps", "run", "sweeps/specs/mnist5k-smoke.yaml", "--address", "auto", "--workdir", "{storage}",
+#            "--tracking-uri", "{mlflow_uri}"]
 # Run inside the namespace while both nodes are up: "module:function" of tests/slow, given the context.
 CHECK = "checks:check_pinned_trials"
 

@@ -84,7 +84,7 @@ def test_the_aws_config_says_what_the_issue_asks():
     assert worker["min_workers"] == 0 and 0 < worker["max_workers"] <= cfg["max_workers"]
     assert "IpPermissions" not in cfg["provider"]["security_group"]  # only SSH + intra-group
     text = AWS.read_text()
-    assert "580.65.06" in text and "s3://" in text and "--dashboard-host=127.0.0.1" in text
+    assert "580.65.06" in text and "--nfs-mount /mnt/efs" in text and "--dashboard-host=127.0.0.1" in text
 
 
 # --- negative cases: each must fail ------------------------------------------------------------------------
@@ -201,12 +201,20 @@ def test_dashboard_on_all_interfaces_fails(tmp_path):
 def test_node_local_storage_path_on_the_cloud_fails(tmp_path):
     cfg = load(AWS)
     for key in ("head_setup_commands", "worker_setup_commands"):
-        cfg = replace_in_commands(cfg, key, "s3://ssat-sweeps/ray_results", "/home/ubuntu/ray_results")
-    assert_caught(problems_of(cfg, tmp_path), "node-local path")
+        cfg = replace_in_commands(cfg, key, "--storage-path /mnt/efs/ssat", "--storage-path /home/ubuntu/ssat")
+    assert_caught(problems_of(cfg, tmp_path), "storage path /home/ubuntu/ssat is node-local")
+
+
+def test_object_storage_path_on_the_cloud_passes(tmp_path):
+    cfg = load(AWS)
+    for key in ("head_setup_commands", "worker_setup_commands"):
+        cfg = replace_in_commands(cfg, key, "--storage-path /mnt/efs/ssat", "--storage-path s3://bucket/ssat")
+    assert [p for p in problems_of(cfg, tmp_path) if "storage" in p] == []
 
 
 def test_different_storage_paths_fail(tmp_path):
-    cfg = replace_in_commands(load(AWS), "worker_setup_commands", "s3://ssat-sweeps/ray_results", "s3://other/r")
+    cfg = replace_in_commands(load(AWS), "worker_setup_commands", "--storage-path /mnt/efs/ssat",
+                              "--storage-path /mnt/efs/other")
     assert_caught(problems_of(cfg, tmp_path), "different storage paths")
 
 

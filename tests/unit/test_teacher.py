@@ -99,6 +99,10 @@ def test_strong_views_differ_across_images_of_a_batch(mnist):
     s = strong_augment(x, g, flip=False, num_ops=2, magnitude=10, cutout_size=0.0, pad=0)  # RandAugment only
     distinct = {tuple(v.flatten().tolist()) for v in (s * 255).round().to(torch.uint8)}
     assert len(distinct) >= 8
+    # The teacher draws operations per chunk of T.RANDAUGMENT_CHUNK images: chunks still differ.
+    s4 = strong_augment(x, g, flip=False, cutout_size=0.0, pad=0, chunk=T.RANDAUGMENT_CHUNK)
+    distinct4 = {tuple(v.flatten().tolist()) for v in (s4 * 255).round().to(torch.uint8)}
+    assert 2 <= len(distinct4) <= 16 // T.RANDAUGMENT_CHUNK
 
 
 def test_cutout_is_one_gray_square_of_the_given_side():
@@ -340,7 +344,8 @@ def test_user_pseudo_labels_are_checked(tmp_path, counted):
     missing = cfg.replace(**{"data.pseudo_labels": str(tmp_path / "nope.pt")})
     with pytest.raises(PseudoLabelError, match="no such file"):
         T.resolve_teacher(missing, arrays, split, log=lambda s: None)
-    good = cfg.replace(**{"data.pseudo_labels": _user_file(tmp_path, "good.pt", {"probs": probs, "split_hash": split.hash})})
+    good_file = _user_file(tmp_path, "good.pt", {"probs": probs, "split_hash": split.hash})
+    good = cfg.replace(**{"data.pseudo_labels": good_file})
     out = T.resolve_teacher(good, arrays, split, log=lambda s: None)
     torch.testing.assert_close(out.probabilities(), probs, rtol=1e-4, atol=1e-6)
     assert out.model_state is None and counted == []  # a user's teacher is never trained over
@@ -375,3 +380,10 @@ def test_cli_trains_then_finds_the_teacher(tmp_path, capsys):
     assert os.path.exists(path) and path == second.strip().splitlines()[-1].split("teacher: ", 1)[1]
     assert T.main(["--preset", "mnist5k-ssat-mbi", "--set", "teacher.stpes=3"]) == 2
     assert "teacher.stpes" in capsys.readouterr().err
+
+
+def test_a_diverging_teacher_is_stopped(tmp_path):
+    cfg = tiny(tmp_path, **{"teacher.lr": 1e30, "teacher.steps": 6})
+    arrays, split = split_for(cfg)
+    with pytest.raises(T.TeacherTrainingError, match="NaN or infinite"):
+        T.train_teacher(cfg, arrays, split, log=lambda s: None)

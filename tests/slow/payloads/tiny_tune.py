@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -73,7 +74,13 @@ def main() -> int:
     trials = [{"x": r.config["x"], "epoch": r.metrics.get("epoch"), "error": str(r.error) if r.error else None,
                "path": r.path, "node_ip": r.metrics.get("node_ip")} for r in results]
     ok = len(trials) == 2 and all(t["error"] is None and t["epoch"] == REPORTS for t in trials)
-    print("PAYLOAD_RESULT " + json.dumps({"ok": ok, "trials": trials, "mlflow_experiment": experiment}))
+    # What the job's driver inherited from the head's raylet (clusters/setup_node.sh's ~/.ssat/env.sh):
+    # the documented `ray job submit -- bash -c 'python -m sweeps run ... "$SSAT_STORAGE_PATH"'` relies on it.
+    driver_env = {key: os.environ.get(key) for key in
+                  ("SSAT_STORAGE_PATH", "SSAT_DATA_ROOT", "MLFLOW_TRACKING_URI", "RAY_AUTH_MODE", "SSAT_VENV")}
+    driver_env["python_on_path"] = shutil.which("python")
+    print("PAYLOAD_RESULT " + json.dumps({"ok": ok, "trials": trials, "mlflow_experiment": experiment,
+                                          "driver_env": driver_env}))
     return 0 if ok else 1
 
 
