@@ -33,4 +33,4 @@ bench: $(STAMP)
 
 # Re-resolve the full dependency set (run after changing pyproject.toml's pins).
 lock: $(STAMP)
-	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^ssat-sweeps' > requirements.lock
+	$(BIN)/python -m pip freeze --all --exclude-editable | grep -v '^ssat-sweeps' > requirements.lock

@@ -160,6 +160,8 @@ def cmd_resume(args) -> int:
     paths, state = _load_state(args)
     if getattr(args, "address", None):
         state["args"]["address"] = args.address
+    if getattr(args, "tracking_uri", None):
+        state["tracking_uri"] = args.tracking_uri
     check_reachable(state["tracking_uri"])
     state["driver_pid"], state["status"] = os.getpid(), "running"
     _save_state(paths, state)
@@ -217,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a sweep spec")
     r.add_argument("spec")
     r.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray on 127.0.0.1)")
-    r.add_argument("--data-root", default=None)
+    r.add_argument("--data-root", default=os.environ.get("SSAT_DATA_ROOT"), help="default: $SSAT_DATA_ROOT")
     r.add_argument("--epochs", type=int, default=None, help="rescale every epoch number of the spec to N epochs")
     r.add_argument("--tracking-uri", default=None, help="MLflow server or store (default: ./mlflow.db)")
     r.add_argument("--cpu-only", action="store_true", help="train on CPUs even if the spec asks for GPU shares")
@@ -235,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "resume":
             p.add_argument("--rerun-failed", action="store_true", help="also re-run trials that failed")
             p.add_argument("--address", default=None)
+            p.add_argument("--tracking-uri", default=None, help="a new address of the tracking server (e.g. after "
+                                                                "a SLURM re-submit moved the head)")
         if name == "sync":
             p.add_argument("--timeout", type=float, default=30.0)
     d = sub.add_parser("demo", help="the main job on MNIST-5k: teacher, ablation sweep, table, plot")
@@ -244,7 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--name", default=None)
     d.add_argument("--max-concurrent", type=int, default=2)
     for p in sub.choices.values():
-        p.add_argument("--workdir", default=".", help="folder holding runs/, mlflow.db and mlartifacts/")
+        p.add_argument("--workdir", default=os.environ.get("SSAT_STORAGE_PATH", "."),
+                       help="folder holding runs/, mlflow.db and mlartifacts/ (default: $SSAT_STORAGE_PATH or .); "
+                            "on a cluster a folder every node reaches")
     return ap
 
 

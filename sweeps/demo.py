@@ -28,7 +28,8 @@ def _sweep(args, name: str) -> int:
             print(f"[demo] found the finished sweep {name} in {paths.sweep_dir}; regenerating its table")
             return 0
         print(f"[demo] resuming the unfinished sweep {name}")
-        return cmd_resume(argparse.Namespace(name=name, workdir=args.workdir, rerun_failed=True, address=None))
+        return cmd_resume(argparse.Namespace(name=name, workdir=args.workdir, rerun_failed=True, address=None,
+                                             tracking_uri=None))
     run = argparse.Namespace(spec=str(args.spec), name=name, epochs=args.epochs, seeds=args.seeds, set=args.set,
                              cpu_only=True, max_concurrent=args.max_concurrent, data_root=None, address=None,
                              tracking_uri=None, max_failures=2, dry_run=False, workdir=args.workdir)

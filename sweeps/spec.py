@@ -253,14 +253,20 @@ def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> di
 def _resources(res: Any, path: str, cpu_only: bool) -> dict:
     if not isinstance(res, dict):
         raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {res!r}")
-    _keys(res, {"cpu", "gpu"}, path, "resources.")
+    _keys(res, {"cpu", "gpu", "custom"}, path, "resources.")
     cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
+    custom = res.get("custom") or {}
+    if not isinstance(custom, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+            for k, v in custom.items()):
+        raise _err(path, f"resources.custom: {custom!r}; allowed: a mapping of Ray custom resource names to amounts "
+                         "> 0 (e.g. {worker_node: 1} pins trials to nodes started with that resource)")
     if not isinstance(cpu, (int, float)) or isinstance(cpu, bool) or not 0 < cpu < float("inf"):
         raise _err(path, f"resources.cpu: {cpu!r}; allowed: a number > 0")
     if not isinstance(gpu, (int, float)) or isinstance(gpu, bool) or not 0 <= gpu <= 1:
         raise _err(path, f"resources.gpu: {gpu!r}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
                          "trials per GPU); a trial never spans several GPUs")
-    return {"cpu": cpu, "gpu": 0 if cpu_only else gpu}
+    return {"cpu": cpu, "gpu": 0 if cpu_only else gpu, **({"custom_resources": dict(custom)} if custom else {})}
 
 
 def _metrics(raw: dict, path: str) -> tuple[list[str], list[str]]:
