@@ -82,7 +82,7 @@ def one_variant(model_name: str, precision: str, channels_last: bool, compile_mo
 def cmd_variants(args) -> list[dict]:
     out = []
     for prec, cl, comp in (("fp32", False, "off"), ("bf16", False, "off"), ("bf16", True, "off"),
-                           ("bf16", True, "default"), ("bf16", True, "max-autotune-no-cudagraphs")):
+                           ("bf16", True, "default"), ("bf16", True, "reduce-overhead")):
         if comp != "off" and args.no_compile:
             continue
         try:
