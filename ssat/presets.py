@@ -109,10 +109,9 @@ def _build() -> dict[str, dict]:
         out[f"cifar10-trades-ours-{model}"] = _supervised(model, ours=True)
     for method in ("ssat-mbi", "rst", "uat++", "srst-awr", "ssat-mbi-awr", "trades", "standard"):
         out[f"mnist5k-{method}"] = _mnist(method)
+    for d in out.values():  # every split's teacher follows its dataset's teacher preset (TEACHER_PRESETS)
+        d["teacher"] = teacher_preset(d["data"]["dataset"])
     return out
-
-
-PRESETS = _build()
 
 
 def preset(name: str) -> dict:
@@ -183,3 +182,6 @@ def teacher_preset(dataset: str, recipe: str = "srst-awr") -> dict:
             out["weight_decay"] = 1e-3
         return out
     raise KeyError(f"teacher recipe {recipe!r} is unknown; valid: srst-awr, fixmatch")
+
+
+PRESETS = _build()

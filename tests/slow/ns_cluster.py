@@ -338,7 +338,7 @@ def two_nodes_scenario(args, result: dict) -> None:
 
     node_script = str(REPO / "clusters" / "slurm" / "ray_node.sh")
     head_proc = subprocess.Popen(["bash", node_script, "head", "--node-ip", HEAD_IP, "--port", "6379",
-                      "--num-cpus", "1", "--num-gpus", "0", "--resources", '{"head_node": 1}',
+                      "--num-cpus", "1", "--num-gpus", "0", "--resources", '{"node_slot": 1, "head_node": 1}',
                       "--object-store-bytes", "200000000"],
                      env=head_env, cwd=head / "work", stdout=(LOGS / "ray_head.log").open("w"),
                      stderr=subprocess.STDOUT)
@@ -361,7 +361,7 @@ def two_nodes_scenario(args, result: dict) -> None:
         "mount -t tmpfs tmpfs /mnt",         # the head's folders vanish: only /srv and the network are shared
         "cd /home/work",
         f"bash {node_script} worker --address {HEAD_IP}:6379 --node-ip {WORKER_IP} --num-cpus 1 --num-gpus 0"
-        " --resources '{\"worker_node\": 1}' --object-store-bytes 200000000 &",
+        " --resources '{\"node_slot\": 1, \"worker_node\": 1}' --object-store-bytes 200000000 &",
         "child=$!",
         "trap 'kill -TERM $child 2>/dev/null; wait $child' TERM",
         "wait $child",
@@ -386,6 +386,7 @@ def two_nodes_scenario(args, result: dict) -> None:
     context = {"kind": "two-nodes", "storage": "/srv/ray_results", "name": name, "data_root": "",
                "mlflow_uri": mlflow_uri, "head_home": str(head / "home"),
                "worker_home": "/home/home", "worker_home_seen_from_head": str(worker / "home"),
+               "worker_tmp_seen_from_head": str(worker / "tmp"), "head_tmp": "/tmp",
                "head_ip": HEAD_IP, "worker_ip": WORKER_IP,
                "head_hostname": "ssat-head", "worker_hostname": "ssat-worker"}
     try:

@@ -1,5 +1,7 @@
-"""`ray up` for real: clusters/local.yaml brings a head up over ssh (sshd on 127.0.0.1 only), a sweep is
-submitted with `ray job submit` and finishes, `ray down` tears it down, leftovers are killed by PID.
+"""`ray up` for real: clusters/local.yaml brings a head up over ssh (sshd on 127.0.0.1 only), the sweep CLI
+(sweeps/specs/mnist5k-cluster.yaml: teacher stage, 2 trials x 2 epochs) is submitted with `ray job submit`
+and finishes, its runs are read back from the head's MLflow server over HTTP, `ray down` tears it down,
+leftovers are killed by PID.
 
 All of it runs in its own PID/network/mount/UTS namespaces (tests/slow/ns_cluster.py, scenario ray-up):
 `ray down` runs `ray stop`, which stops every Ray process it can see.
@@ -10,13 +12,12 @@ import pytest
 from cluster_harness import explain, run_cluster_scenario
 
 # The job: arguments after the venv's python, run in the job's working dir (a copy of the repository).
-# Placeholders: {storage} (Tune storage_path), {name}, {mlflow_uri}, {data_root}.
-PAYLOAD = ["tests/slow/payloads/tiny_tune.py", "--storage-path", "{storage}", "--name", "{name}"]
-# The sweep CLI instead (its CHECK must then read what it logs):
-# PAYLOAD = ["-m", "sweeps", "run", "sweeps/specs/mnist5k-smoke.yaml", "--address", "auto", "--workdir", "{storage}",
-#            "--tracking-uri", "{mlflow_uri}"]
+# Placeholders: {storage} (the shared folder, /mnt/runs/ray_results), {name}, {mlflow_uri}, {data_root}.
+# The sweep CLI as docs/clusters.md submits it; --data-root is left to the node's SSAT_DATA_ROOT (setup_node.sh).
+PAYLOAD = ["-m", "sweeps", "run", "sweeps/specs/mnist5k-cluster.yaml", "--address", "auto", "--name", "{name}",
+           "--workdir", "{storage}", "--tracking-uri", "{mlflow_uri}"]
 # Run inside the namespace while the cluster is up: "module:function" of tests/slow, given the context.
-CHECK = "checks:check_tiny_tune"
+CHECK = "checks:check_sweep_on_ray_up"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(540)]
 

@@ -2,9 +2,11 @@
 nothing but storage_path (/srv, like an NFS mount) and the head's ports (the MLflow tracking server, GCS).
 
 The head is 127.0.1.1, the worker 127.0.2.1 with its own host name, HOME, TMPDIR, /tmp, /dev/shm and working folder;
-both nodes run clusters/slurm/ray_node.sh (the SLURM path) with token auth. A trial pinned to the worker by
-the custom resource `worker_node` must run there and log its run, per-epoch metrics and checkpoints to the
-head's MLflow server, where the check reads them back over HTTP (scenario two-nodes of ns_cluster.py).
+both nodes run clusters/slurm/ray_node.sh (the SLURM path) with token auth. The sweep CLI runs as a Ray job:
+its driver (on the head) trains the one FixMatch teacher into the shared storage, then the two trials, each
+needing the custom resource `node_slot` that each node offers once, run one per node; the worker's trial reads
+the teacher from the shared storage, and the driver logs both runs, their per-epoch metrics and checkpoints to
+the head's MLflow server, where the check reads them back over HTTP (scenario two-nodes of ns_cluster.py).
 """
 
 import pytest
@@ -12,19 +14,18 @@ import pytest
 from cluster_harness import explain, run_cluster_scenario
 
 # The job: arguments after the venv's python, run in the job's working dir (a copy of the repository).
-# Placeholders: {storage} (/srv/ray_results, on both nodes), {name}, {mlflow_uri}. The head offers the custom
-# resource head_node=1 and the worker worker_node=1 (1 CPU each).
-PAYLOAD = ["tests/slow/payloads/pinned_trials.py", "--storage-path", "{storage}", "--name", "{name}"]
-# The sweep CLI instead (its CHECK must then read what it logs):
-# PAYLOAD = ["-m", "sweeps", "run", "sweeps/specs/mnist5k-smoke.yaml", "--address", "auto", "--workdir", "{storage}",
-#            "--tracking-uri", "{mlflow_uri}"]
+# Placeholders: {storage} (/srv/ray_results, the shared folder on both nodes), {name}, {mlflow_uri}. Each node
+# offers the custom resource node_slot=1 (1 CPU each; also head_node=1 / worker_node=1); every trial of
+# sweeps/specs/mnist5k-two-nodes.yaml needs node_slot=1, so its 2 trials (one split, 2 seeds) run on 2 nodes.
+PAYLOAD = ["-m", "sweeps", "run", "sweeps/specs/mnist5k-two-nodes.yaml", "--address", "auto", "--name", "{name}",
+           "--workdir", "{storage}", "--tracking-uri", "{mlflow_uri}"]
 # Run inside the namespace while both nodes are up: "module:function" of tests/slow, given the context.
-CHECK = "checks:check_pinned_trials"
+CHECK = "checks:check_sweep_on_two_nodes"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(540)]
 
 
-def test_trial_pinned_to_the_worker_logs_to_the_head(tmp_path, cluster_prerequisites, record_property):
+def test_sweep_across_two_nodes_shares_one_teacher(tmp_path, cluster_prerequisites, record_property):
     result = run_cluster_scenario("two-nodes", tmp_path / "scenario", PAYLOAD, CHECK, timeout=500)
     for key, seconds in result["timings"].items():
         record_property(key, round(seconds, 1))
