@@ -242,6 +242,12 @@ def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: in
                           failure_config=tune.FailureConfig(max_failures=max_failures), verbose=0)
 
 
+def _reuse_actors() -> bool:
+    """Reused actors skip a process start and a torch import per trial (benchmarks/sweep_throughput.py
+    measures the difference; SSAT_REUSE_ACTORS=0 turns reuse off)."""
+    return os.environ.get("SSAT_REUSE_ACTORS", "1") != "0"
+
+
 def grid_tuner(spec: Spec, trials: list[Trial], paths: Paths, phase: str, uri: str, meta: dict, max_failures: int,
                parent_run_id: str | None):
     from ray import tune
@@ -252,7 +258,7 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths: Paths, phase: str, uri: s
              for t in trials]
     trainable = tune.with_resources(train_trial, spec.resources)
     return tune.Tuner(trainable, param_space={"trial": tune.grid_search(space)},
-                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
+                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id))
 
 
@@ -278,7 +284,7 @@ def search_tuner(spec: Spec, paths: Paths, uri: str, meta: dict, max_failures: i
     param_space = {"meta": {**meta, "stage": "search", "row": "", "seed": spec.seeds[0]}, "base": spec.base}
     return tune.Tuner(tune.with_resources(train_trial, spec.resources), param_space=param_space,
                       tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=s["num_samples"],
-                                                  max_concurrent_trials=spec.max_concurrent, reuse_actors=True),
+                                                  max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id))
 
 

@@ -43,7 +43,9 @@ RAY = str(VENV_BIN / "ray")
 W = Path("/mnt")  # the scenario's folder, as seen inside the namespace
 LOGS = W / "logs"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-JOB_EXCLUDES = [".git", ".venv", "data", "runs", "outputs", "mlruns", "mlartifacts", "mlflow.db",
+# gitignore syntax: the checkout's top-level folders are anchored ("/data", not "data", which would also drop
+# ssat/data/, the package's own data files).
+JOB_EXCLUDES = ["/.git", "/.venv", "/data", "/runs", "/outputs", "/mlruns", "/mlartifacts", "/mlflow.db",
                 "**/__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"]
 # clusters/local.yaml names the paths of the canonical checkout; the test renders them to its own folder.
 LOCAL_YAML_PATHS = {"/work/main/.venv": str(VENV_BIN.parent), "/work/main/data": "/mnt/data",
