@@ -22,7 +22,7 @@ AWR_METHODS = ("srst-awr", "ssat-mbi-awr")
 SCHEDULES = ("const", "linear", "curious")
 INNER_LOSSES = ("ce", "kl")
 INITS = ("uniform", "normal")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 
@@ -130,9 +130,11 @@ class TeacherConfig:
 @dataclass
 class SystemConfig:
     device: str = "auto"
-    precision: str = "fp32"            # training autocast; evaluation is always fp32
+    precision: str = "auto"            # training autocast: auto = bf16 on CUDA (1.46x for WRN-28-5 on an
+                                       # H200), fp32 on CPU; evaluation is always fp32
     channels_last: bool | None = None  # None: on for CUDA
-    compile: str = "off"               # torch.compile mode; reduce-overhead uses CUDA graphs
+    compile: str = "off"               # torch.compile mode; reduce-overhead uses CUDA graphs (1.37x for one
+                                       # WRN-28-5 trial on an H200, after ~25 s of compilation per trial)
     threads: int | None = None         # torch intra-op threads; pinned for bit-identical resume
     cuda_memory_fraction: float | None = None  # cap for a fractional-GPU trial
 

@@ -89,6 +89,7 @@ class Trainer:
         self.teacher = teacher
         self.model = create_model(cfg.model.name, self.num_classes, self.channels, cfg.model.dropout).to(self.device)
         self.channels_last = s.channels_last if s.channels_last is not None else self.device.type == "cuda"
+        self.precision = s.precision if s.precision != "auto" else ("bf16" if self.device.type == "cuda" else "fp32")
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.net = self.model if s.compile == "off" else torch.compile(self.model, mode=s.compile)
@@ -127,7 +128,7 @@ class Trainer:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.system.precision == "bf16")
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
 
     # ---- schedules ----------------------------------------------------------------------------
     def schedule(self, epoch: int) -> dict[str, float]:
@@ -382,6 +383,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="dotted overrides, e.g. method.beta=0.5")
     ap.add_argument("--epochs", type=int, default=None, help="rescale every epoch number to N epochs")
     ap.add_argument("--data-root", default=None)
+    ap.add_argument("--download", action="store_true", help="fetch the dataset into --data-root first (explicit)")
     ap.add_argument("--out", default=None, help="output folder (default runs/<preset>-seed<seed>)")
     ap.add_argument("--no-final-eval", action="store_true")
     args = ap.parse_args(argv)
@@ -396,6 +398,10 @@ def main(argv=None) -> int:
     except (ConfigError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.download:
+        from .datasets import download
+
+        download(cfg.data.dataset, cfg.data.root)
     out = Path(args.out or f"runs/{args.preset}-seed{cfg.seed}")
     t0 = time.perf_counter()
     trainer = Trainer(cfg, out)
