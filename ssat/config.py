@@ -132,7 +132,7 @@ class SystemConfig:
     device: str = "auto"
     precision: str = "auto"            # training autocast: auto = bf16 on CUDA (1.46x for WRN-28-5 on an
                                        # H200), fp32 on CPU; evaluation is always fp32
-    channels_last: bool | None = None  # None: on for CUDA
+    channels_last: bool | None = None  # None: on (faster on CPU and GPU, see ssat/train.py)
     compile: str = "off"               # torch.compile mode; reduce-overhead uses CUDA graphs (1.37x for one
                                        # WRN-28-5 trial on an H200, after ~25 s of compilation per trial)
     threads: int | None = None         # torch intra-op threads; pinned for bit-identical resume

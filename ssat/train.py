@@ -88,7 +88,8 @@ class Trainer:
             teacher = resolve_teacher(cfg, self.arrays, self.split, log=log)
         self.teacher = teacher
         self.model = create_model(cfg.model.name, self.num_classes, self.channels, cfg.model.dropout).to(self.device)
-        self.channels_last = s.channels_last if s.channels_last is not None else self.device.type == "cuda"
+        # channels_last by default: 1.45x for the MNIST CNN's PGD on a CPU core, 1.07x for WRN-28-5 (bf16) on an H200
+        self.channels_last = s.channels_last if s.channels_last is not None else True
         self.precision = s.precision if s.precision != "auto" else ("bf16" if self.device.type == "cuda" else "fp32")
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
@@ -107,7 +108,7 @@ class Trainer:
             self.batches = UnionBatches(x_train, y_train, self.split, soft, self.num_classes, o.batch_size,
                                         self.device, flip)
         val = torch.from_numpy(self.split.val)
-        self.x_val, self.y_val = to_float(x_train[val]).to(self.device), y_train[val].to(self.device)
+        self.x_val, self.y_val = self._prep(to_float(x_train[val]).to(self.device)), y_train[val].to(self.device)
         self.swa = torch.optim.swa_utils.AveragedModel(self.model) if o.swa_start is not None else None
         self.epoch, self.best_score, self.best_epoch, self.history = 0, -math.inf, 0, []
         self.train_seconds = 0.0
@@ -351,11 +352,13 @@ class Trainer:
 
         e = self.cfg.eval
         n = len(self.arrays.x_test) if e.test_n is None else min(e.test_n, len(self.arrays.x_test))
-        x, y = to_float(self.arrays.x_test[:n]).to(self.device), self.arrays.y_test[:n].to(self.device)
+        x, y = self._prep(to_float(self.arrays.x_test[:n]).to(self.device)), self.arrays.y_test[:n].to(self.device)
         subset = "full" if n == len(self.arrays.x_test) else f"first{n}"
         results = {}
         for kind in checkpoints:
             model, _, _ = load_checkpoint_model(self.out / f"{kind}.pt", self.device)
+            if self.channels_last:
+                model = model.to(memory_format=torch.channels_last)
             results[kind] = evaluate_model(model, x, y, eps=self.cfg.eps, checkpoint=kind, pgd_steps=e.pgd_steps,
                                            autoattack=e.autoattack, autoattack_n=e.autoattack_n,
                                            batch_size=e.batch_size, subset=subset, log=self.log)
