@@ -110,7 +110,7 @@ class Trainer:
         val = torch.from_numpy(self.split.val)
         self.x_val, self.y_val = self._prep(to_float(x_train[val]).to(self.device)), y_train[val].to(self.device)
         self.swa = torch.optim.swa_utils.AveragedModel(self.model) if o.swa_start is not None else None
-        self.epoch, self.best_score, self.best_epoch, self.history = 0, -math.inf, 0, []
+        self.epoch, self.best_score, self.best_clean, self.best_epoch, self.history = 0, -math.inf, -math.inf, 0, []
         self.train_seconds = 0.0
         if (self.out / "state.pt").exists():
             self.load_state()
@@ -291,7 +291,8 @@ class Trainer:
     def state_dict(self) -> dict:
         st = {"epoch": self.epoch, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
               "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
-              "best_score": self.best_score, "best_epoch": self.best_epoch, "history": self.history,
+              "best_score": self.best_score, "best_clean": self.best_clean, "best_epoch": self.best_epoch,
+              "history": self.history,
               "train_seconds": self.train_seconds, "config_hash": self.cfg.config_hash(exclude_seed=False)}
         if self.device.type == "cuda":
             st["cuda_rng"] = torch.cuda.get_rng_state(self.device)
@@ -313,6 +314,7 @@ class Trainer:
         if self.swa is not None and "swa" in st:
             self.swa.load_state_dict(st["swa"])
         self.epoch, self.best_score, self.best_epoch = st["epoch"], st["best_score"], st["best_epoch"]
+        self.best_clean = st["best_clean"]
         self.history, self.train_seconds = st["history"], st["train_seconds"]
         self.log(f"resumed from {self.out / 'state.pt'} after epoch {self.epoch}")
 
@@ -331,10 +333,11 @@ class Trainer:
             selection = self.selection_model(epoch)
             if epoch % self.cfg.eval.val_every == 0 or epoch == self.cfg.optim.epochs:
                 metrics.update(self.validate(selection))
-            score = metrics.get("val/pgd10", -math.inf)
-            improved = score > self.best_score or self.best_epoch == 0
+            # best = highest validation PGD-10, ties broken by clean accuracy (standard training scores 0 always)
+            score = (metrics.get("val/pgd10", -math.inf), metrics.get("val/clean", -math.inf))
+            improved = self.best_epoch == 0 or score > (self.best_score, self.best_clean)
             if improved:
-                self.best_score, self.best_epoch = score, epoch
+                (self.best_score, self.best_clean), self.best_epoch = score, epoch
             metrics["val/best_pgd10"] = self.best_score
             self.epoch = epoch
             self.history.append(metrics)
@@ -359,8 +362,10 @@ class Trainer:
             model, _, _ = load_checkpoint_model(self.out / f"{kind}.pt", self.device)
             if self.channels_last:
                 model = model.to(memory_format=torch.channels_last)
+            aa = e.autoattack and kind in e.autoattack_checkpoints and (
+                e.autoattack_seeds is None or self.cfg.seed in e.autoattack_seeds)
             results[kind] = evaluate_model(model, x, y, eps=self.cfg.eps, checkpoint=kind, pgd_steps=e.pgd_steps,
-                                           autoattack=e.autoattack, autoattack_n=e.autoattack_n,
+                                           autoattack=aa, autoattack_n=e.autoattack_n,
                                            batch_size=e.batch_size, subset=subset, log=self.log)
         metrics, tags = flatten_results(results)
         (self.out / "results.json").write_text(json.dumps({"metrics": metrics, "protocols": tags,
