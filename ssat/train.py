@@ -349,8 +349,9 @@ class Trainer:
     def fit(self) -> list[dict]:
         return list(self.epochs())
 
-    def final_evaluation(self, checkpoints=("best", "last")) -> dict[str, dict]:
-        """The test protocol on the best and last checkpoints: {ckpt: {attack: {"acc", "protocol"}}}."""
+    def final_evaluation(self, checkpoints=None) -> dict[str, dict]:
+        """The test protocol on the checkpoints (default eval.checkpoints: best and last):
+        {ckpt: {attack: {"acc", "protocol"}}}."""
         from .evaluate import load_checkpoint_model
 
         e = self.cfg.eval
@@ -358,7 +359,7 @@ class Trainer:
         x, y = self._prep(to_float(self.arrays.x_test[:n]).to(self.device)), self.arrays.y_test[:n].to(self.device)
         subset = "full" if n == len(self.arrays.x_test) else f"first{n}"
         results = {}
-        for kind in checkpoints:
+        for kind in checkpoints or e.checkpoints:
             model, _, _ = load_checkpoint_model(self.out / f"{kind}.pt", self.device)
             if self.channels_last:
                 model = model.to(memory_format=torch.channels_last)

@@ -176,10 +176,13 @@ def teacher_stage(configs: list[Config], tracker, sweep: str, teacher_dir: Path,
     from ssat.teacher import ensure_teacher, teacher_key
     from ssat.train import needs_teacher
 
-    runs, done = {}, set()
+    runs, done, seen = {}, set(), set()
     for cfg in configs:
-        if not needs_teacher(cfg):
+        # configs that share data, teacher and architecture share a split and a teacher: load the data once
+        same = json.dumps([cfg.to_dict()["data"], cfg.to_dict()["teacher"], cfg.model.name], sort_keys=True)
+        if not needs_teacher(cfg) or same in seen:
             continue
+        seen.add(same)
         cfg = cfg.replace(**{"data.teacher_dir": str(teacher_dir)})
         _, split = split_for(cfg)
         tkey = teacher_key(cfg, split)

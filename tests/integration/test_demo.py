@@ -5,7 +5,7 @@ import pytest
 from sweeps.cli import main as sweeps_main
 
 pytestmark = pytest.mark.integration
-SMALL = ["data.n_unlabeled=100", "data.n_val=40", "eval.test_n=60", "eval.pgd_steps=[10,20,40]",
+SMALL = ["data.n_unlabeled=100", "data.n_val=40", "eval.test_n=60", "eval.pgd_steps=[10,20]",
          "eval.autoattack_n=8", "eval.autoattack_seeds=[0,1]", "teacher.steps=20", "teacher.eval_every=10", "system.threads=1"]
 
 
