@@ -103,7 +103,7 @@ def dry_run(spec: Spec, out=print) -> None:
     out(f"sweep {spec.name}: preset {spec.preset}, stage {spec.stage}, {len(trials) or spec.search['num_samples']} "
         f"trial(s), resources per trial {spec.resources}, max concurrent {spec.max_concurrent}")
     total = 0.0
-    configs = [(t.row, t.seed, t.config) for t in trials] or [("search base", spec.seeds[0], Config_from(spec))]
+    configs = [(t.row, t.seed, t.config) for t in trials] or [("search base", spec.seeds[0], base_config(spec))]
     for row, seed, cfg in configs:
         h = gpu_hours(cfg)
         total += h or 0.0
@@ -114,12 +114,12 @@ def dry_run(spec: Spec, out=print) -> None:
             out(f"  {k:8s} " + " ".join(f"{x:g}" for x in v))
     if spec.search:
         out(f"search space {json.dumps(spec.search['space'])}; confirm {spec.search['confirm']}")
-        per = gpu_hours(Config_from(spec)) or 0.0
+        per = gpu_hours(base_config(spec)) or 0.0
         total = per * (spec.search["num_samples"] + spec.search["confirm"]["top_k"] * len(spec.search["confirm"]["seeds"]))
     out(f"estimated GPU-hours (whole-GPU trials, the paper's per-epoch times): {total:.1f}; nothing was started")
 
 
-def Config_from(spec: Spec) -> Config:  # noqa: N802 - reads as a constructor
+def base_config(spec: Spec) -> Config:
     return spec.config_for({}, spec.seeds[0])
 
 

