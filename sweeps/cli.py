@@ -14,7 +14,7 @@ from ssat.datasets import DataError
 from ssat.pseudo_labels import PseudoLabelError
 
 from .runner import (Paths, SweepError, check_gpu, code_version, confirm_trials, dry_run, grid_tuner, init_ray,
-                     phase_status, search_tuner, sweep_paths, teacher_stage, top_configs)
+                     phase_status, search_tuner, spec_configs, sweep_paths, teacher_stage, top_configs)
 from .spec import Spec, load_spec, parse_spec
 from .tracking import Tracker, TrackingUnavailable, check_reachable, resolve_uri
 
@@ -54,8 +54,7 @@ def execute(spec: Spec, paths: Paths, state: dict, resume: bool = False, rerun_f
     tracker.drain()
     parent_run_id = tracker.find_run(parent)
     t0 = time.perf_counter()
-    base_cfgs = [t.config for t in spec.trials()] if spec.grid else [spec.config_for({}, spec.seeds[0])]
-    teacher_runs = teacher_stage(base_cfgs, tracker, spec.name, paths.teacher_dir, log=log)
+    teacher_runs = teacher_stage(spec_configs(spec), tracker, spec.name, paths.teacher_dir, log=log)
     log(f"[stage] teacher: {time.perf_counter() - t0:.1f} s")
     init_ray(a["address"])
     check_gpu(spec)
@@ -127,9 +126,9 @@ def cmd_run(args) -> int:
         dry_run(spec)
         return 0
     paths = sweep_paths(args.workdir, spec.name)
-    for cfg in ([t.config for t in spec.trials()] if spec.grid else [spec.config_for({}, spec.seeds[0])]):
-        from ssat.datasets import check_root
+    from ssat.datasets import check_root
 
+    for cfg in spec_configs(spec):
         check_root(cfg.data.dataset, cfg.data.root)
     uri = resolve_uri(args.tracking_uri, paths.workdir)
     check_reachable(uri)

@@ -123,6 +123,11 @@ def base_config(spec: Spec) -> Config:
     return spec.config_for({}, spec.seeds[0])
 
 
+def spec_configs(spec: Spec) -> list[Config]:
+    """Every grid trial's config, or a search's base config: what the data and teacher checks need."""
+    return [t.config for t in spec.trials()] if spec.grid else [base_config(spec)]
+
+
 # ---- resources ------------------------------------------------------------------------------------
 def autoscaler_gpu_types() -> list[str]:
     """Node types of a `ray up` cluster's autoscaler config that provide GPUs (the head keeps it at home)."""
