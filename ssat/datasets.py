@@ -256,10 +256,10 @@ def make_split(dataset: str, y: torch.Tensor | np.ndarray, *, split_seed: int, n
 
 
 def _check_labeled_idx(idx: np.ndarray, n: int) -> None:
-    if not np.issubdtype(np.asarray(idx).dtype, np.integer):
-        raise DataError(f"data.labeled_idx_file: expected integer indices, got dtype {np.asarray(idx).dtype}")
     if idx.ndim != 1 or len(idx) == 0:
         raise DataError(f"data.labeled_idx_file: expected a non-empty 1-D array of indices, got shape {idx.shape}")
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise DataError(f"data.labeled_idx_file: expected a 1-D array of integer indices, got dtype {idx.dtype}")
     if idx.min() < 0 or idx.max() >= n:
         raise DataError(f"data.labeled_idx_file: indices must lie in [0, {n}); got {idx.min()}..{idx.max()} "
                         "(a file of another dataset?)")

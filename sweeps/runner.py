@@ -55,8 +55,8 @@ def sweep_paths(workdir: str | Path, name: str) -> Paths:
     p = Paths(Path(workdir).resolve(), name)
     root = p.workdir / "runs" / "sweeps"
     if not NAME_RE.fullmatch(name) or ".." in name or p.sweep_dir.resolve().parent != root:
-        raise SweepError(f"sweep name {name!r}: allowed 1-100 letters, digits, '.', '_' or '-' (it must stay "
-                         f"inside {root})")
+        raise SweepError(f"sweep name {name!r} escapes the working folder; allowed: 1-100 letters, digits, '.', "
+                         f"'_' or '-' (it must stay inside {root})")
     return p
 
 
