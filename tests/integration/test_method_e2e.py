@@ -8,7 +8,7 @@ from ssat.train import Trainer
 
 pytestmark = pytest.mark.integration
 COMMON = {"optim.epochs": 8, "attack.t": 6, "optim.lr_milestones": [7], "optim.lr_factors": [0.1],
-          "eval.autoattack": False, "eval.pgd_steps": [20], "system.threads": 2}
+          "eval.autoattack": False, "eval.pgd_steps": [10, 20], "system.threads": 2}
 
 
 def _train(name, tmp_path, teacher_dir, **over):

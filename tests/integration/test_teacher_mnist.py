@@ -62,10 +62,11 @@ def supervised_only(cfg, arrays, split) -> tuple[float, float]:
         return 100.0 * (model(xu).argmax(1) == yu).float().mean().item(), seconds
 
 
-def test_mnist5k_teacher_beats_supervised_only(tmp_path):
+def test_mnist5k_teacher_beats_supervised_only(tmp_path, teacher_dir):
     d = preset("mnist5k-ssat-mbi")
     d.setdefault("teacher", teacher_preset("mnist5k"))
-    cfg = from_dict(d, {"data.teacher_dir": str(tmp_path / "teachers"), "eval.autoattack": False,
+    # the session's teacher cache: the end-to-end method test trains this split's teacher once for both
+    cfg = from_dict(d, {"data.teacher_dir": str(teacher_dir), "eval.autoattack": False,
                         "eval.pgd_steps": [10], "system.threads": 1})
     arrays, split = split_for(cfg)
     assert len(split.labeled) == 100 and cfg.model.name == "cnn-small" and cfg.teacher.model is None
