@@ -37,6 +37,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+REPO_UNDER_TMP = REPO == Path("/tmp") or Path("/tmp") in REPO.parents
 VENV_BIN = Path(sys.executable).parent
 PYTHON = str(Path(sys.executable))
 RAY = str(VENV_BIN / "ray")
@@ -154,7 +155,14 @@ def private_machine(work: Path, passwd_home: Path | None) -> None:
     sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run")
     (W / "tmp").mkdir(exist_ok=True)
     (W / "tmp").chmod(0o1777)
+    keep_repo = REPO_UNDER_TMP
+    if keep_repo:  # a checkout under /tmp (a CI clone) must stay visible once /tmp is made private
+        (W / ".repo").mkdir(exist_ok=True)
+        sh("mount", "--bind", REPO, W / ".repo")
     sh("mount", "--bind", W / "tmp", "/tmp")
+    if keep_repo:
+        REPO.mkdir(parents=True, exist_ok=True)
+        sh("mount", "--bind", W / ".repo", REPO)
     os.chdir(W)
     sh("ip", "link", "set", "lo", "up")
     sh("hostname", "ssat-head")
@@ -358,7 +366,9 @@ def two_nodes_scenario(args, result: dict) -> None:
         "set -e",
         "hostname ssat-worker",
         f"mount --bind {worker} /home",      # its own HOME (/home/home), TMPDIR (/tmp) and working folder
+        *([f"mkdir -p /home/.repo && mount --bind {REPO} /home/.repo"] if REPO_UNDER_TMP else []),
         "mount --bind /home/tmp /tmp",
+        *([f"mkdir -p {REPO} && mount --bind /home/.repo {REPO}"] if REPO_UNDER_TMP else []),
         "mount -t tmpfs -o size=8g,mode=1777 tmpfs /dev/shm",
         "mount -t tmpfs tmpfs /mnt",         # the head's folders vanish: only /srv and the network are shared
         "cd /home/work",
