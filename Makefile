@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c requirements.lock pip setuptools wheel
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 

@@ -90,6 +90,7 @@ install_env() {
     ssat_log "installing the project into $venv from $lock"
     # [dev] too: the lock is the whole environment (it pins pytest & co.), and check_node.sh verifies that
     # every package of the lock is installed at its version.
+    "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" pip setuptools wheel
     "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -e "${repo}[dev]"
     if [[ -n "$extra_lock" ]]; then
         "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -r "$extra_lock"
