@@ -28,7 +28,8 @@ def spec(path: Path, name: str, trials: int, epochs: int, concurrency: int, cpus
     raw.update(name=name, epochs=epochs, seeds=list(range(trials)), max_concurrent=concurrency,
                resources={"cpu": cpus, "gpu": 0}, grid=[{"row": "curious|on", "set": {"attack.schedule": "curious",
                                                                                        "attack.t": 1}}])
-    raw["overrides"].update({"data.n_unlabeled": 400, "system.threads": 1})
+    raw["overrides"].update({"data.n_unlabeled": 400, "system.threads": 1, "optim.lr_milestones": [],
+                             "optim.lr_factors": []})
     path.write_text(yaml.safe_dump(raw))
     return path
 
@@ -44,6 +45,8 @@ def run(workdir: Path, name: str, trials: int, epochs: int, concurrency: int, re
     t0 = time.perf_counter()
     rc = sweeps_main(["run", str(s), "--workdir", str(workdir)])
     wall = time.perf_counter() - t0
+    if rc != 0:
+        raise SystemExit(f"the sweep {name} failed (exit {rc}); see its output above")
     runs = trial_runs(f"sqlite:///{workdir / 'mlflow.db'}", name)
     train_s = sum(r.data.metrics.get("time/total_hours", 0) * 3600 for r in runs)
     # start-up: trial wall (first result to end, from MLflow) minus its training time is evaluation + overheads;
