@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from ssat import faults
 from ssat.config import ConfigError, parse_overrides
 from ssat.datasets import DataError
 from ssat.pseudo_labels import PseudoLabelError
@@ -258,6 +259,10 @@ def main(argv=None) -> int:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     args = build_parser().parse_args(argv)
     try:
+        try:
+            faults.parse(os.environ.get("SSAT_FAULT", ""))  # a test's typo must fail here, not in a trial
+        except ValueError as exc:
+            raise SweepError(str(exc)) from None
         if args.cmd == "demo":
             from .demo import run_demo
 

@@ -7,9 +7,9 @@ from ray.tune import Callback
 
 
 class ProgressCallback(Callback):
-    def __init__(self):
+    def __init__(self, total: int):
         self.t0 = time.perf_counter()
-        self.done = 0
+        self.total = total  # Tune's trial list holds only the trials created so far
 
     def _name(self, trial) -> str:
         cfg = trial.config.get("trial", trial.config)
@@ -25,8 +25,9 @@ class ProgressCallback(Callback):
               f"{val} ({result.get('perf/epoch_seconds', 0):.1f}s)", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.done += 1
-        print(f"[sweep] {self._name(trial)} finished ({self.done}/{len(trials)} done)", flush=True)
+        # Counted from the trials' states, so a resumed sweep counts what finished before it too.
+        done = len({t.trial_id for t in trials if t.status == "TERMINATED"} | {trial.trial_id})
+        print(f"[sweep] {self._name(trial)} finished ({done}/{self.total} done)", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         print(f"[sweep] {self._name(trial)} FAILED ({trial.error_file})", flush=True)

@@ -237,7 +237,8 @@ def _meta(spec: Spec, extra: dict) -> dict:
             "metrics": spec.metric, **faults, **extra}
 
 
-def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None):
+def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None,
+                total: int):
     from ray import tune
 
     from .callback import TrackingCallback
@@ -245,7 +246,7 @@ def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: in
 
     cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_run_id,
                           artifact_root=str(paths.workdir / "mlartifacts"))
-    return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback()],
+    return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback(total)],
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                           failure_config=tune.FailureConfig(max_failures=max_failures), verbose=0)
 
@@ -267,7 +268,7 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths: Paths, phase: str, uri: s
     trainable = tune.with_resources(train_trial, spec.resources)
     return tune.Tuner(trainable, param_space={"trial": tune.grid_search(space)},
                       tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
-                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id))
+                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(trials)))
 
 
 def search_tuner(spec: Spec, paths: Paths, uri: str, meta: dict, max_failures: int, parent_run_id: str | None):
@@ -293,7 +294,8 @@ def search_tuner(spec: Spec, paths: Paths, uri: str, meta: dict, max_failures: i
     return tune.Tuner(tune.with_resources(train_trial, spec.resources), param_space=param_space,
                       tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=s["num_samples"],
                                                   max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
-                      run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id))
+                      run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id,
+                                             s["num_samples"]))
 
 
 def phase_status(results) -> tuple[int, int, list[str]]:

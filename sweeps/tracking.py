@@ -2,15 +2,20 @@
 
 Written by the driver only (a Tune callback): one writer per SQLite file, and the same code path for a
 tracking server. Every write is an operation kept in a queue until it succeeds, so a tracking server that
-goes away mid-sweep does not stop training: operations wait, are retried after each result, and at the
-end whatever could not be sent is spooled to `<sweep dir>/tracking_spool.jsonl`, which
-`python -m sweeps sync NAME` replays. Writes are idempotent: a run is found again by its key, epochs at or
-below the last logged step are skipped, final metrics are logged once.
+goes away mid-sweep does not stop training: operations wait and are retried after each result.
+The queue is also journaled on disk before anything is sent (`<sweep dir>/tracking_spool.<host>.<pid>.<n>.jsonl`,
+removed whenever the queue is empty), so a driver killed while the server is away loses nothing: the next
+driver of the sweep (`resume`) or `python -m sweeps sync NAME` adopts the journals of drivers that are gone
+and sends them. What is still unsent when a sweep ends is moved to `<sweep dir>/tracking_spool.jsonl`.
+Writes are idempotent, so replaying an operation that was already sent changes nothing: a run is found again
+by its key, epochs at or below the last logged step are skipped, final metrics are logged once.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +33,20 @@ for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUE
                    ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
     os.environ.setdefault(_var, _val)
 STEP_PROBE = "perf/epoch_seconds"  # every epoch logs it; its history gives the last logged step
+_JOURNALS = itertools.count()
+
+
+def _owner_gone(journal: Path, stem: str) -> bool:
+    """A journal `<stem>.<host>.<pid>.<n>.jsonl` belongs to a driver that is gone: another host's (one
+    driver per sweep at a time), or a process of this host that no longer exists. This process's own
+    journals (other Trackers alive in it) are never taken."""
+    parts = journal.name[len(stem) + 1: -len(".jsonl")].rsplit(".", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    host, pid = parts[0], int(parts[1])
+    if host != socket.gethostname():
+        return True
+    return pid != os.getpid() and not Path(f"/proc/{pid}").exists()
 
 
 class TrackingUnavailable(RuntimeError):
@@ -74,15 +93,37 @@ class Tracker:
         self.client = MlflowClient(uri)
         self.artifact_root = Path(artifact_root).resolve().as_uri() if artifact_root and not uri.startswith("http") else None
         self.spool = Path(spool) if spool else None
+        self.journal = (self.spool.with_name(f"{self.spool.stem}.{socket.gethostname()}.{os.getpid()}."
+                                             f"{next(_JOURNALS)}.jsonl") if self.spool else None)
         self.queue: list[dict] = []
         self.runs: dict[str, str] = {}       # key -> run id
         self.last_step: dict[str, int] = {}  # key -> last logged epoch
         self._exp_id: str | None = None
         self._warned = False
         self._next_try = 0.0
-        if self.spool and self.spool.exists():
-            self.queue = [json.loads(line) for line in self.spool.read_text().splitlines() if line.strip()]
-            self.spool.unlink()
+        if self.spool:
+            self._adopt()
+
+    # ---- the journal ---------------------------------------------------------------------------
+    def _adopt(self) -> None:
+        """Take over what drivers that are gone left unsent (the spool and their journals)."""
+        stem = self.spool.stem
+        found = [self.spool] if self.spool.exists() else []
+        found += [j for j in sorted(self.spool.parent.glob(f"{stem}.*.jsonl")) if _owner_gone(j, stem)]
+        for f in found:
+            self.queue += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        if found:
+            self._journal(self.queue)  # ours first, then theirs go: a kill in between only duplicates
+            for f in found:
+                f.unlink(missing_ok=True)
+            self.log(f"[tracking] adopted {len(self.queue)} operation(s) left unsent by an earlier driver "
+                     f"({', '.join(f.name for f in found)})")
+
+    def _journal(self, ops: list[dict]) -> None:
+        if self.journal and ops:
+            self.journal.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.journal, "a") as f:
+                f.write("".join(json.dumps(op) + "\n" for op in ops))
 
     # ---- ids -----------------------------------------------------------------------------------
     @property
@@ -146,6 +187,7 @@ class Tracker:
         self._push({"op": "end", "key": key, "status": status})
 
     def _push(self, op: dict) -> None:
+        self._journal([op])  # on disk before it is sent: a driver killed now loses nothing
         self.queue.append(op)
         self.drain()
 
@@ -199,6 +241,8 @@ class Tracker:
             if self._warned:
                 self.log("[tracking] store reachable again; queued operations sent")
                 self._warned = False
+        if self.journal:
+            self.journal.unlink(missing_ok=True)
         return True
 
     def flush(self, timeout: float = 30.0, interval: float = 2.0) -> bool:
@@ -207,10 +251,10 @@ class Tracker:
         while not self.drain(force=True) and time.monotonic() < deadline:
             time.sleep(interval)
         if self.queue and self.spool:
-            self.spool.parent.mkdir(parents=True, exist_ok=True)
             with open(self.spool, "a") as f:
-                for op in self.queue:
-                    f.write(json.dumps(op) + "\n")
+                f.write("".join(json.dumps(op) + "\n" for op in self.queue))
+            if self.journal:
+                self.journal.unlink(missing_ok=True)
             self.log(f"[tracking] {len(self.queue)} operation(s) spooled to {self.spool}; "
                      "replay them with `python -m sweeps sync NAME` once the store is back")
             self.queue = []

@@ -246,3 +246,69 @@ def check_sweep_on_two_nodes(context: dict) -> None:
     assert not in_head_tmp, in_head_tmp
     # --allowed-hosts is in force: a Host header outside the list (DNS rebinding) is refused.
     assert host_header_refused(uri, "rebind.example:5000")
+
+
+def assert_equals_uninterrupted_run(uri: str, run: dict, epochs: int) -> None:
+    """Train the run's configuration (its config.json artifact) in this process, uninterrupted, with 1 thread
+    as the trial had, and compare every per-epoch metric but wall-clock ones with what MLflow holds."""
+    import sys
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    import torch
+
+    from ssat.config import from_dict
+    from ssat.train import Trainer
+
+    cfg = from_dict(json.loads(artifact_bytes(uri, run["info"]["run_id"], "config.json")))
+    assert cfg.system.threads == 1, cfg.system.threads
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as out:
+        history = Trainer(cfg, out, log=lambda line: None).fit()
+    assert [m["epoch"] for m in history] == list(range(1, epochs + 1))
+    where = f"run {run['info']['run_name']}"
+    keys = [k for k in metric_keys(run) if k.startswith(("train/", "val/", "adv/", "sched/"))]
+    assert keys, (where, metric_keys(run))
+    for key in keys:
+        logged = metric_history(uri, run["info"]["run_id"], key)
+        want = [(m["epoch"], float(m[key])) for m in history]
+        assert logged == want, (where, key, logged, want)
+
+
+def check_sweep_survived_node_faults(context: dict) -> None:
+    """node-faults scenario (tests/slow/test_node_faults.py): the worker node killed mid-epoch, the tracking
+    server away, the driver SIGKILLed, trial processes killed on the head; after `resume`, nothing is lost."""
+    trials, epochs = 2, 3
+    assert_job_finished(context)  # the resume job's output
+    assert context["killed_driver_job_rc"] != 0, "the first job was not ended by the driver's SIGKILL"
+    state = json.loads((Path(context["sweep_dir"]) / "sweep.json").read_text())
+    assert state["status"] == "done" and state["phases"] == {"grid": "done"}, state
+    # The faults fired: the pause on the worker (then the node died under it) and one exit per run on the head.
+    markers = sorted(p.name for p in Path(context["once_dir"]).iterdir())
+    pauses = [m for m in markers if m.startswith("pause@")]
+    exits = [m for m in markers if m.startswith("exit@")]
+    assert len(pauses) == 1 and len(exits) == trials, markers
+    assert "fired on ssat-worker" in (Path(context["once_dir"]) / pauses[0]).read_text()
+    # The moved trial reported epoch 1 from the worker, then its later epochs from the head.
+    moved = context["trial_results"][context["moved_trial"]]
+    hosts = [(line["epoch"], line["hostname"]) for line in moved]
+    assert hosts[0] == (1, "ssat-worker") and all(h == "ssat-head" for _, h in hosts[1:]), hosts
+    # What the killed driver queued while the server was away came back from its journal, and all of it was
+    # sent: no journal or spool is left.
+    assert "[tracking] adopted" in context["job_output"], context["job_output"][-3000:]
+    left = sorted(p.name for p in Path(context["sweep_dir"]).glob("tracking_spool*"))
+    assert left == [], left
+
+    uri = context["mlflow_uri"]
+    parent, teacher, runs = sweep_runs(uri, context["name"], trials)  # one run per (configuration, seed)
+    assert sorted(tags_of(r)["ssat.seed"] for r in runs) == ["0", "1"]
+    logs = {}
+    for run in runs:
+        logs[tags_of(run)["ssat.seed"]] = assert_trial_run(
+            uri, run, epochs=epochs, parent_id=parent["info"]["run_id"], teacher_id=teacher["info"]["run_id"])
+    # The moved trial's log (it travels in the checkpoint) shows both nodes, and a restart from a checkpoint.
+    moved_logs = [log for log in logs.values() if " on ssat-worker pid " in log]
+    assert len(moved_logs) == 1 and " on ssat-head pid " in moved_logs[0], list(logs.values())
+    assert "state.pt after epoch 1" in moved_logs[0], moved_logs[0]  # restarted from epoch 1's checkpoint
+    for run in runs:
+        assert_equals_uninterrupted_run(uri, run, epochs)

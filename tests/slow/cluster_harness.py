@@ -59,8 +59,10 @@ def require_prerequisites() -> None:
     pytest.skip(reason)
 
 
-def run_cluster_scenario(scenario: str, work: Path, payload: list[str], check: str, timeout: float) -> dict:
-    """Run one scenario of ns_cluster.py in fresh namespaces; returns its result.json (plus the run's tail)."""
+def run_cluster_scenario(scenario: str, work: Path, payload: list[str], check: str, timeout: float,
+                         job_env: dict | None = None, resume_payload: list[str] | None = None) -> dict:
+    """Run one scenario of ns_cluster.py in fresh namespaces; returns its result.json (plus the run's tail).
+    node-faults also takes the sweep job's environment (the faults) and the arguments of its resume job."""
     work.mkdir(parents=True, exist_ok=True)
     cmd = ["unshare", "--pid", "--net", "--mount", "--uts", "--fork", "--kill-child", "--mount-proc",
            "--propagation", "private",
@@ -68,7 +70,8 @@ def run_cluster_scenario(scenario: str, work: Path, payload: list[str], check: s
            "bash", "-c", '"$@"; exit $?', "ssat-ns",
            sys.executable, str(NS_SCRIPT), scenario, "--work", str(work), "--payload-json", json.dumps(payload),
            "--check", check, "--host-pidns", os.readlink("/proc/self/ns/pid"),
-           "--host-netns", os.readlink("/proc/self/ns/net")]
+           "--host-netns", os.readlink("/proc/self/ns/net"), "--job-env-json", json.dumps(job_env or {}),
+           "--resume-payload-json", json.dumps(resume_payload or [])]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
         tail = (proc.stdout + proc.stderr)[-4000:]

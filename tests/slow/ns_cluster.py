@@ -1,8 +1,8 @@
 """The cluster scenarios of the slow tests. Runs ONLY inside the test's own namespaces.
 
     unshare --pid --net --mount --uts --fork --kill-child --mount-proc ... \
-        python tests/slow/ns_cluster.py ray-up|two-nodes --work DIR --payload-json JSON --check MOD:FUNC \
-        --host-pidns ID --host-netns ID
+        python tests/slow/ns_cluster.py ray-up|two-nodes|node-faults --work DIR --payload-json JSON \
+        --check MOD:FUNC --host-pidns ID --host-netns ID [--job-env-json JSON --resume-payload-json JSON]
 
 Started by cluster_harness.run_cluster_scenario (never by hand on a shared machine): it refuses to run unless
 its PID and network namespaces differ from the ones the harness was started in, because `ray stop` (run by
@@ -16,6 +16,10 @@ two-nodes: MLflow server + Ray head (clusters/slurm/ray_node.sh, token auth, nod
            namespace; a Ray worker in nested PID/mount/UTS namespaces with its own host name, address (127.0.2.1), HOME, TMPDIR,
            /tmp, /dev/shm and working folder, seeing only the shared storage (/srv) and the head's ports ->
            `ray job submit` the payload -> the check -> nodes stopped -> leftovers killed by PID.
+node-faults: the two-node cluster; the sweep job runs with fault injection -> its trial on the worker pauses
+           mid-epoch -> tracking server stopped, worker node killed (SIGKILL to its PID namespace) -> the trial
+           resumes on the head -> the driver is SIGKILLed -> tracking server back -> `sweeps resume` job -> the
+           check (see node_faults_scenario) -> nodes stopped -> leftovers killed by PID.
 
 Writes DIR/result.json: ok, error, timings (seconds), leftovers (by kind, found after teardown), check.
 Logs of every step are in DIR/logs/.
@@ -315,128 +319,260 @@ def ray_up_scenario(args, result: dict) -> None:
                 result["ray_down_error"] = str(err)
 
 
-# --- scenario: two Ray nodes in two namespaces ----------------------------------------------------------------
+# --- two Ray nodes in two namespaces --------------------------------------------------------------------------
 
-def two_nodes_scenario(args, result: dict) -> None:
-    timings = result["timings"]
-    head = W / "head"
-    worker = W / "worker"  # bound at /home inside the worker's namespaces
-    for folder in (head / "home", head / "work", worker / "home", worker / "tmp", worker / "work", W / "shared"):
-        folder.mkdir(parents=True)
-    (worker / "tmp").chmod(0o1777)
-    # The "shared file system": the same path on both nodes, like an NFS mount.
-    sh("mount", "--bind", W / "shared", "/srv")
-    token = head / "ray_auth_token"
-    token.write_text(os.urandom(32).hex())
-    token.chmod(0o600)
-    (worker / "home" / "ray_auth_token").write_text(token.read_text())  # handed over out of band
-    (worker / "home" / "ray_auth_token").chmod(0o600)
-    mlflow_uri = f"http://{HEAD_IP}:5000"  # bound to the head's "private" address, as on a cluster
-    common = {"RAY_AUTH_MODE": "token", "MLFLOW_TRACKING_URI": mlflow_uri,
-              "SSAT_STORAGE_PATH": "/srv/ray_results",
-              # Nothing to drain at teardown (the job is done): skip Ray's 30 s SIGTERM drain per node.
-              "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
-    head_env = clean_env(head / "home", RAY_AUTH_TOKEN_PATH=str(token), **common)
+class TwoNodes:
+    """MLflow server + Ray head in this namespace, a Ray worker in nested namespaces (see the module doc)."""
 
-    # The tracking server and the Ray head start side by side (the worker needs both, the head neither).
-    t0 = time.monotonic()
-    mlflow_proc = subprocess.Popen(
-        ["bash", str(REPO / "clusters" / "start_mlflow.sh"), "--host", HEAD_IP, "--port", "5000",
-         "--backend-store-uri", f"sqlite:///{head}/mlflow/mlflow.db", "--artifacts-destination",
-         f"{head}/mlflow/artifacts", "--state-dir", f"{head}/mlflow/state"],
-        env=head_env, cwd=head / "work", stdout=(LOGS / "mlflow_start.log").open("w"), stderr=subprocess.STDOUT)
+    def __init__(self, timings: dict):
+        self.timings = timings
+        self.head, self.worker = W / "head", W / "worker"  # the worker's folder is bound at /home inside it
+        for folder in (self.head / "home", self.head / "work", self.worker / "home", self.worker / "tmp",
+                       self.worker / "work", W / "shared"):
+            folder.mkdir(parents=True)
+        (self.worker / "tmp").chmod(0o1777)
+        # The "shared file system": the same path on both nodes, like an NFS mount.
+        sh("mount", "--bind", W / "shared", "/srv")
+        token = self.head / "ray_auth_token"
+        token.write_text(os.urandom(32).hex())
+        token.chmod(0o600)
+        (self.worker / "home" / "ray_auth_token").write_text(token.read_text())  # handed over out of band
+        (self.worker / "home" / "ray_auth_token").chmod(0o600)
+        self.mlflow_uri = f"http://{HEAD_IP}:5000"  # bound to the head's "private" address, as on a cluster
+        self.common = {"RAY_AUTH_MODE": "token", "MLFLOW_TRACKING_URI": self.mlflow_uri,
+                       "SSAT_STORAGE_PATH": "/srv/ray_results",
+                       # Nothing to drain at teardown (the job is done): skip Ray's 30 s SIGTERM drain per node.
+                       "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+        self.head_env = clean_env(self.head / "home", RAY_AUTH_TOKEN_PATH=str(token), **self.common)
+        self.head_proc = self.worker_proc = None
+        self.context = {"storage": "/srv/ray_results", "data_root": "", "mlflow_uri": self.mlflow_uri,
+                        "head_home": str(self.head / "home"), "worker_home": "/home/home",
+                        "worker_home_seen_from_head": str(self.worker / "home"),
+                        "worker_tmp_seen_from_head": str(self.worker / "tmp"), "head_tmp": "/tmp",
+                        "head_ip": HEAD_IP, "worker_ip": WORKER_IP,
+                        "head_hostname": "ssat-head", "worker_hostname": "ssat-worker"}
 
-    node_script = str(REPO / "clusters" / "slurm" / "ray_node.sh")
-    head_proc = subprocess.Popen(["bash", node_script, "head", "--node-ip", HEAD_IP, "--port", "6379",
-                      "--num-cpus", "1", "--num-gpus", "0", "--resources", '{"node_slot": 1, "head_node": 1}',
-                      "--object-store-bytes", "200000000"],
-                     env=head_env, cwd=head / "work", stdout=(LOGS / "ray_head.log").open("w"),
-                     stderr=subprocess.STDOUT)
-    wait_for("Ray head (GCS + dashboard)",
-             lambda: port_open(HEAD_IP, 6379) and port_open("127.0.0.1", 8265), 120)
-    timings["head_start_s"] = time.monotonic() - t0
-    if mlflow_proc.wait(timeout=120):
-        raise ScenarioError(f"start_mlflow.sh exited {mlflow_proc.returncode} (logs/mlflow_start.log)")
-    timings["mlflow_and_head_start_s"] = time.monotonic() - t0
+    def _mlflow(self, *extra: str) -> list[str]:
+        return ["bash", str(REPO / "clusters" / "start_mlflow.sh"), *extra, "--state-dir", f"{self.head}/mlflow/state"]
 
-    worker_env = clean_env(Path("/home/home"), RAY_AUTH_TOKEN_PATH="/home/home/ray_auth_token", **common)
-    # The worker's PID 1 is this bash: it forwards SIGTERM to `ray start --block` (a PID 1 without a handler
-    # would ignore it), and when it exits the kernel ends whatever is left in the worker's namespace.
-    inner = "\n".join([
-        "set -e",
-        "hostname ssat-worker",
-        f"mount --bind {worker} /home",      # its own HOME (/home/home), TMPDIR (/tmp) and working folder
-        *([f"mkdir -p /home/.repo && mount --bind {REPO} /home/.repo"] if REPO_UNDER_TMP else []),
-        "mount --bind /home/tmp /tmp",
-        *([f"mkdir -p {REPO} && mount --bind /home/.repo {REPO}"] if REPO_UNDER_TMP else []),
-        "mount -t tmpfs -o size=8g,mode=1777 tmpfs /dev/shm",
-        "mount -t tmpfs tmpfs /mnt",         # the head's folders vanish: only /srv and the network are shared
-        "cd /home/work",
-        f"bash {node_script} worker --address {HEAD_IP}:6379 --node-ip {WORKER_IP} --num-cpus 1 --num-gpus 0"
-        " --resources '{\"node_slot\": 1, \"worker_node\": 1}' --object-store-bytes 200000000 &",
-        "child=$!",
-        "trap 'kill -TERM $child 2>/dev/null; wait $child' TERM",
-        "wait $child",
-    ])
-    t0 = time.monotonic()
-    worker_proc = subprocess.Popen(
-        ["unshare", "--pid", "--mount", "--uts", "--fork", "--kill-child=SIGTERM", "--mount-proc",
-         "--propagation", "private", "bash", "-c", inner],
-        env=worker_env, stdout=(LOGS / "ray_worker.log").open("w"), stderr=subprocess.STDOUT)
+    def start_mlflow(self, name: str = "mlflow_start") -> float:
+        seconds, _ = logged(name, self._mlflow("--host", HEAD_IP, "--port", "5000", "--backend-store-uri",
+                                               f"sqlite:///{self.head}/mlflow/mlflow.db", "--artifacts-destination",
+                                               f"{self.head}/mlflow/artifacts"),
+                            self.head_env, timeout=120, cwd=self.head / "work")
+        return seconds
 
-    def worker_joined() -> bool:
-        if worker_proc.poll() is not None:
-            raise ScenarioError(f"the worker exited {worker_proc.returncode} (logs/ray_worker.log)")
-        status = subprocess.run([RAY, "status", "--address", f"{HEAD_IP}:6379"], env=head_env,
-                                capture_output=True, text=True)
-        return "worker_node" in status.stdout
+    def stop_mlflow(self, name: str = "mlflow_stop") -> None:
+        logged(name, self._mlflow("--stop"), self.head_env, timeout=60)
 
-    wait_for("the worker node in `ray status`", worker_joined, 120, every=1)
-    timings["worker_join_s"] = time.monotonic() - t0
+    def start(self) -> None:
+        """The tracking server and the Ray head start side by side (the worker needs both), then the worker."""
+        timings = self.timings
+        t0 = time.monotonic()
+        mlflow_start = subprocess.Popen(
+            self._mlflow("--host", HEAD_IP, "--port", "5000", "--backend-store-uri",
+                         f"sqlite:///{self.head}/mlflow/mlflow.db", "--artifacts-destination",
+                         f"{self.head}/mlflow/artifacts"),
+            env=self.head_env, cwd=self.head / "work", stdout=(LOGS / "mlflow_start.log").open("w"),
+            stderr=subprocess.STDOUT)
+        node_script = str(REPO / "clusters" / "slurm" / "ray_node.sh")
+        self.head_proc = subprocess.Popen(
+            ["bash", node_script, "head", "--node-ip", HEAD_IP, "--port", "6379", "--num-cpus", "1", "--num-gpus",
+             "0", "--resources", '{"node_slot": 1, "head_node": 1}', "--object-store-bytes", "200000000"],
+            env=self.head_env, cwd=self.head / "work", stdout=(LOGS / "ray_head.log").open("w"),
+            stderr=subprocess.STDOUT)
+        wait_for("Ray head (GCS + dashboard)",
+                 lambda: port_open(HEAD_IP, 6379) and port_open("127.0.0.1", 8265), 120)
+        timings["head_start_s"] = time.monotonic() - t0
+        if mlflow_start.wait(timeout=120):
+            raise ScenarioError(f"start_mlflow.sh exited {mlflow_start.returncode} (logs/mlflow_start.log)")
+        timings["mlflow_and_head_start_s"] = time.monotonic() - t0
 
-    name = "slow-two-nodes"
-    context = {"kind": "two-nodes", "storage": "/srv/ray_results", "name": name, "data_root": "",
-               "mlflow_uri": mlflow_uri, "head_home": str(head / "home"),
-               "worker_home": "/home/home", "worker_home_seen_from_head": str(worker / "home"),
-               "worker_tmp_seen_from_head": str(worker / "tmp"), "head_tmp": "/tmp",
-               "head_ip": HEAD_IP, "worker_ip": WORKER_IP,
-               "head_hostname": "ssat-head", "worker_hostname": "ssat-worker"}
-    try:
-        timings["job_submit_s"], output = submit("job_submit", head_env, args.payload, context, timeout=300)
-        context.update(job_output=output, payload_result=payload_result(output))
-        run_check(args.check, context)
-        result["check"] = "passed"
-    finally:
+        worker_env = clean_env(Path("/home/home"), RAY_AUTH_TOKEN_PATH="/home/home/ray_auth_token", **self.common)
+        # The worker's PID 1 is this bash: it forwards SIGTERM to `ray start --block` (a PID 1 without a
+        # handler would ignore it), and when it exits the kernel ends whatever is left in the worker's namespace.
+        inner = "\n".join([
+            "set -e",
+            "hostname ssat-worker",
+            f"mount --bind {self.worker} /home",  # its own HOME (/home/home), TMPDIR (/tmp) and working folder
+            *([f"mkdir -p /home/.repo && mount --bind {REPO} /home/.repo"] if REPO_UNDER_TMP else []),
+            "mount --bind /home/tmp /tmp",
+            *([f"mkdir -p {REPO} && mount --bind /home/.repo {REPO}"] if REPO_UNDER_TMP else []),
+            "mount -t tmpfs -o size=8g,mode=1777 tmpfs /dev/shm",
+            "mount -t tmpfs tmpfs /mnt",          # the head's folders vanish: only /srv and the network are shared
+            "cd /home/work",
+            f"bash {node_script} worker --address {HEAD_IP}:6379 --node-ip {WORKER_IP} --num-cpus 1 --num-gpus 0"
+            " --resources '{\"node_slot\": 1, \"worker_node\": 1}' --object-store-bytes 200000000 &",
+            "child=$!",
+            "trap 'kill -TERM $child 2>/dev/null; wait $child' TERM",
+            "wait $child",
+        ])
+        t0 = time.monotonic()
+        self.worker_proc = subprocess.Popen(
+            ["unshare", "--pid", "--mount", "--uts", "--fork", "--kill-child=SIGTERM", "--mount-proc",
+             "--propagation", "private", "bash", "-c", inner],
+            env=worker_env, stdout=(LOGS / "ray_worker.log").open("w"), stderr=subprocess.STDOUT)
+
+        def worker_joined() -> bool:
+            if self.worker_proc.poll() is not None:
+                raise ScenarioError(f"the worker exited {self.worker_proc.returncode} (logs/ray_worker.log)")
+            status = subprocess.run([RAY, "status", "--address", f"{HEAD_IP}:6379"], env=self.head_env,
+                                    capture_output=True, text=True)
+            return "worker_node" in status.stdout
+
+        wait_for("the worker node in `ray status`", worker_joined, 120, every=1)
+        timings["worker_join_s"] = time.monotonic() - t0
+
+    def _worker_init(self) -> list[int]:
+        """PID (in this namespace) of the worker namespace's PID 1, the bash above; [] once it is gone."""
+        children = Path(f"/proc/{self.worker_proc.pid}/task/{self.worker_proc.pid}/children")
+        return [int(p) for p in children.read_text().split()] if children.exists() else []
+
+    def kill_worker_node(self) -> None:
+        """The worker machine dies: SIGKILL to its PID namespace's init takes every process in it down at once
+        (raylet, object store, the trial's worker process) with no chance to clean up."""
+        for pid in self._worker_init():
+            os.kill(pid, signal.SIGKILL)
+        self.worker_proc.wait(timeout=30)
+
+    def stop(self) -> None:
         t0 = time.monotonic()
         # Stop the nodes by the PIDs we started (ray start --block stops its node on SIGTERM); no `ray stop`.
         # The worker: SIGTERM to its namespace's PID 1 (the bash above, which forwards it to ray start);
         # unshare itself does not pass a SIGTERM on, only its own death (--kill-child).
-        children = Path(f"/proc/{worker_proc.pid}/task/{worker_proc.pid}/children")
-        worker_init = [int(p) for p in children.read_text().split()] if children.exists() else []
-        for pid in worker_init:
-            os.kill(pid, signal.SIGTERM)
-        if not worker_init:
-            worker_proc.kill()
-        head_proc.terminate()
-        for proc in (worker_proc, head_proc):
+        if self.worker_proc is not None and self.worker_proc.poll() is None:
+            worker_init = self._worker_init()
+            for pid in worker_init:
+                os.kill(pid, signal.SIGTERM)
+            if not worker_init:
+                self.worker_proc.kill()
+        if self.head_proc is not None:
+            self.head_proc.terminate()
+        for proc in (self.worker_proc, self.head_proc):
+            if proc is None:
+                continue
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        logged("mlflow_stop", ["bash", str(REPO / "clusters" / "start_mlflow.sh"), "--stop",
-                               "--state-dir", f"{head}/mlflow/state"], head_env, timeout=60)
-        timings["teardown_s"] = time.monotonic() - t0
+        self.stop_mlflow()
+        self.timings["teardown_s"] = time.monotonic() - t0
+
+
+def two_nodes_scenario(args, result: dict) -> None:
+    nodes = TwoNodes(result["timings"])
+    try:
+        nodes.start()
+        context = {**nodes.context, "kind": "two-nodes", "name": "slow-two-nodes"}
+        result["timings"]["job_submit_s"], output = submit("job_submit", nodes.head_env, args.payload, context,
+                                                           timeout=300)
+        context.update(job_output=output, payload_result=payload_result(output))
+        run_check(args.check, context)
+        result["check"] = "passed"
+    finally:
+        nodes.stop()
+
+
+# --- scenario: faults on two nodes ------------------------------------------------------------------------------
+
+def _trial_results(sweep_dir: Path) -> dict[str, list[dict]]:
+    """Tune's result.json of every trial of the sweep (trial folder name -> its results, in order)."""
+    found = {}
+    for path in sorted(sweep_dir.glob("tune/*/train_trial*/result.json")):
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        found[path.parent.name] = lines
+    return found
+
+
+def node_faults_scenario(args, result: dict) -> None:
+    """The sweep runs with SSAT_FAULT (args.job_env) from the start:
+    1. the trial on the worker pauses mid-epoch (pause@E:S/node=ssat-worker); when its marker appears the
+       tracking server is stopped and the worker NODE is killed (its whole PID namespace, SIGKILL);
+    2. Tune restarts that trial on the head from its last checkpoint in the shared storage; once it has
+       reported an epoch there (result.json, hostname ssat-head), the sweep's driver is SIGKILLed: the
+       operations it queued for the absent tracking server are in its journal only;
+    3. the tracking server comes back, `python -m sweeps resume` (args.resume_payload) runs as a new job and
+       finishes the sweep (any exit@ fault of the spec kills trial processes on the head on the way)."""
+    timings = result["timings"]
+    nodes = TwoNodes(timings)
+    name = "slow-node-faults"
+    context = {**nodes.context, "kind": "node-faults", "name": name}
+    sweep_dir = Path(context["storage"]) / "runs" / "sweeps" / name
+    once = Path(args.job_env["SSAT_FAULT_ONCE_DIR"])
+    try:
+        nodes.start()
+        args_run = [a.format(**context) for a in args.payload]
+        cmd = [RAY, "job", "submit", "--address", "http://127.0.0.1:8265", "--working-dir", str(REPO),
+               "--runtime-env-json", json.dumps({"excludes": JOB_EXCLUDES, "env_vars": args.job_env}),
+               "--", PYTHON, *args_run]
+        t0 = time.monotonic()
+        job = subprocess.Popen(cmd, env=nodes.head_env, cwd=REPO, stdout=(LOGS / "job_run.log").open("w"),
+                               stderr=subprocess.STDOUT)
+
+        def paused() -> bool:
+            if job.poll() is not None:
+                raise ScenarioError(f"the sweep job ended ({job.returncode}) before the pause fault fired "
+                                    "(logs/job_run.log)")
+            return any(once.glob("pause@*"))
+
+        wait_for("the trial on the worker to pause mid-epoch", paused, 300)
+        timings["until_pause_s"] = time.monotonic() - t0
+        (marker,) = list(once.glob("pause@*"))
+        context["paused_marker"] = marker.name
+        nodes.stop_mlflow("mlflow_stop_mid_sweep")
+        nodes.kill_worker_node()
+        timings["node_killed_at_s"] = time.monotonic() - t0
+
+        def resumed_on_head() -> str | None:
+            if job.poll() is not None:
+                raise ScenarioError(f"the sweep job ended ({job.returncode}) before the killed trial resumed "
+                                    "on the head (logs/job_run.log)")
+            for trial, lines in _trial_results(sweep_dir).items():
+                hosts = [line.get("hostname") for line in lines]
+                if hosts and hosts[0] == "ssat-worker" and "ssat-head" in hosts:
+                    return trial
+            return None
+
+        wait_for("the killed trial to report an epoch from the head", resumed_on_head, 300)
+        context["moved_trial"] = resumed_on_head()
+        timings["trial_moved_at_s"] = time.monotonic() - t0
+        drivers = [pid for pid, cmdline in processes() if "-m sweeps run" in cmdline and name in cmdline]
+        if len(drivers) != 1:
+            raise ScenarioError(f"expected one sweep driver process, found {drivers}")
+        os.kill(drivers[0], signal.SIGKILL)
+        job.wait(timeout=120)
+        context["killed_driver_job_rc"] = job.returncode
+        timings["driver_killed_at_s"] = time.monotonic() - t0
+        timings["mlflow_restart_s"] = nodes.start_mlflow("mlflow_restart")
+        timings["job_resume_s"], output = submit("job_resume", nodes.head_env, args.resume_payload, context,
+                                                 timeout=300)
+        context.update(job_output=output, run_output=(LOGS / "job_run.log").read_text(errors="replace"),
+                       payload_result=payload_result(output), once_dir=str(once), sweep_dir=str(sweep_dir),
+                       trial_results=_trial_results(sweep_dir))
+        t1 = time.monotonic()
+        run_check(args.check, context)
+        timings["check_s"] = time.monotonic() - t1
+        result["check"] = "passed"
+    finally:
+        nodes.stop()
+
+
+SCENARIOS = {"ray-up": ray_up_scenario, "two-nodes": two_nodes_scenario, "node-faults": node_faults_scenario}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["ray-up", "two-nodes"])
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--payload-json", required=True)
     parser.add_argument("--check", required=True)
     parser.add_argument("--host-pidns", required=True)
     parser.add_argument("--host-netns", required=True)
+    parser.add_argument("--job-env-json", default="{}", help="node-faults: environment of the sweep job")
+    parser.add_argument("--resume-payload-json", default="[]", help="node-faults: the resume job's arguments")
     args = parser.parse_args()
+    args.job_env = json.loads(args.job_env_json)
+    args.resume_payload = json.loads(args.resume_payload_json)
     assert_isolated(args.host_pidns, args.host_netns)
     args.payload = json.loads(args.payload_json)
     start = time.monotonic()
@@ -444,7 +580,7 @@ def main() -> int:
     LOGS.mkdir(exist_ok=True)
     result: dict = {"ok": False, "error": None, "timings": {}, "leftovers": {}, "check": None}
     try:
-        (ray_up_scenario if args.scenario == "ray-up" else two_nodes_scenario)(args, result)
+        SCENARIOS[args.scenario](args, result)
         result["ok"] = result["check"] == "passed"
     except Exception as err:  # the harness reports it; the namespace must still be cleaned up below
         result["error"] = f"{type(err).__name__}: {err}"

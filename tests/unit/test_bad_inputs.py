@@ -161,6 +161,11 @@ def unsafe_yaml(env: Env) -> None:
     load_spec(write(env, "evil.yaml", f'!!python/object/apply:os.system ["touch {marker}"]\n'))
 
 
+def fault_spec(env: Env, value: str) -> None:
+    env.monkeypatch.setenv("SSAT_FAULT", value)
+    run_cli(env)
+
+
 def sweep_dir(env: Env, name: str) -> None:
     from sweeps.runner import sweep_paths
 
@@ -387,6 +392,12 @@ CASES = [
      [r"resources\.gpu = 0\.5", r"no GPU", r"--cpu-only"]),
     ("sweep-dir-escapes", lambda e: sweep_dir(e, "../../../outside"), SweepError,
      [r"'\.\./\.\./\.\./outside'", r"escapes the working folder"]),
+    # fault injection (tests): a typo in SSAT_FAULT fails at the CLI, not silently in a trial
+    ("fault-unknown-kind", lambda e: fault_spec(e, "explode@2"), CliExit,
+     [r"SSAT_FAULT", r"'explode@2'", r"raise, exit, pause"]),
+    ("fault-bad-step", lambda e: fault_spec(e, "exit@2:x"), CliExit, [r"SSAT_FAULT", r"'exit@2:x'", r"EPOCH\[:STEP\]"]),
+    ("fault-bad-selector", lambda e: fault_spec(e, "raise@2/host=a"), CliExit,
+     [r"SSAT_FAULT", r"'host=a'", r"seed=N, node=HOST"]),
 ]
 
 

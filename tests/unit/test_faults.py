@@ -1,0 +1,36 @@
+"""Fault injection specs: what fires where, once per run with a marker, and nothing for the wrong run/node/step."""
+import socket
+
+import pytest
+
+from ssat import faults
+
+
+def test_parse_reads_epoch_step_and_selectors():
+    (a, b) = faults.parse("exit@3:1/node=nodeA/seed=2, raise@2")
+    assert (a["kind"], a["epoch"], a["step"], a["seed"], a["node"]) == ("exit", 3, 1, 2, "nodeA")
+    assert (b["kind"], b["epoch"], b["step"], b["seed"], b["node"]) == ("raise", 2, 0, None, None)
+    assert faults.parse("") == []
+
+
+@pytest.mark.parametrize("bad", ["boom@1", "raise@x", "raise@1:", "raise@1:a", "raise@1/seed=", "raise@1/pod=a"])
+def test_parse_refuses_bad_specs(bad):
+    with pytest.raises(ValueError, match="SSAT_FAULT"):
+        faults.parse(bad)
+
+
+def test_selectors_and_once_markers(tmp_path, monkeypatch):
+    here = socket.gethostname()
+    monkeypatch.setenv("SSAT_FAULT", f"raise@2:1/node={here}/seed=7,exit@2/node=not-{here}")
+    monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(tmp_path))
+    faults.set_context(7, "abc-s7")
+    faults.maybe("epoch", 2, step=0)      # step 0: nothing due here (the exit is for another node)
+    faults.maybe("epoch", 1, step=1)      # another epoch
+    with pytest.raises(faults.InjectedFault, match="raise@2:1"):
+        faults.maybe("epoch", 2, step=1)
+    marker = tmp_path / f"raise@2_1_node={here}_seed=7-abc-s7"
+    assert marker.exists() and f"fired on {here}" in marker.read_text()
+    faults.maybe("epoch", 2, step=1)      # fired once for this run: the retried trial goes on
+    faults.set_context(8, "abc-s8")
+    faults.maybe("epoch", 2, step=1)      # another seed: not selected
+    assert sorted(p.name for p in tmp_path.iterdir()) == [marker.name]
