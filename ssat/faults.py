@@ -9,7 +9,9 @@ SSAT_FAULT holds comma-separated specs `KIND@EPOCH[:STEP][/seed=N][/node=HOST]`:
   nan@2                     make epoch 2's loss NaN (a diverging trial)
 `/seed=N` restricts a fault to the run with that seed, `/node=HOST` to runs on the host named HOST.
 With SSAT_FAULT_ONCE_DIR set, each fault fires once per run: a marker file there (`<spec>-<run key>`, '/'
-and ':' replaced by '_') records it, so a retried trial goes on, and a test can wait for the marker.
+and ':' replaced by '_') records it, so a retried trial goes on, and a test can wait for the marker. `nan`
+is the exception: a diverging configuration diverges every time it runs, so it fires every time (the marker
+still records that it did).
 Unset: no cost, no effect.
 """
 from __future__ import annotations
@@ -65,7 +67,7 @@ def _fires(spec: dict) -> bool:
         return True
     path = Path(once) / marker(spec["raw"], _context["key"])
     if path.exists():
-        return False
+        return spec["kind"] == "nan"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"fired on {socket.gethostname()} pid {os.getpid()}\n")
     return True

@@ -25,8 +25,11 @@ class ProgressCallback(Callback):
               f"{val} ({result.get('perf/epoch_seconds', 0):.1f}s)", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        if "failed_reason" in (trial.last_result or {}):
+            return  # on_trial_result said why it stopped
         # Counted from the trials' states, so a resumed sweep counts what finished before it too.
-        done = len({t.trial_id for t in trials if t.status == "TERMINATED"} | {trial.trial_id})
+        done = len({t.trial_id for t in trials if t.status == "TERMINATED"
+                    and "failed_reason" not in (t.last_result or {})} | {trial.trial_id})
         print(f"[sweep] {self._name(trial)} finished ({done}/{self.total} done)", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):

@@ -34,3 +34,12 @@ def test_selectors_and_once_markers(tmp_path, monkeypatch):
     faults.set_context(8, "abc-s8")
     faults.maybe("epoch", 2, step=1)      # another seed: not selected
     assert sorted(p.name for p in tmp_path.iterdir()) == [marker.name]
+
+
+def test_nan_fires_every_time_a_diverging_run_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSAT_FAULT", "nan@2/seed=3")
+    monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(tmp_path))
+    faults.set_context(3, "k-s3")
+    assert not faults.active("nan", 1)
+    assert faults.active("nan", 2) and faults.active("nan", 2)  # a retry diverges again
+    assert [p.name for p in tmp_path.iterdir()] == ["nan@2_seed=3-k-s3"]
