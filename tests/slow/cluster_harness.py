@@ -92,3 +92,14 @@ def explain(result: dict, work: Path) -> str:
         lines = log.read_text(errors="replace").splitlines()[-30:]
         parts += [f"--- {log.name} (last {len(lines)} lines) ---", *lines]
     return "\n".join(parts)
+
+
+def assert_scenario_passed(result: dict, work: Path, record_property) -> None:
+    """Record the scenario's timings (junit properties, and printed), then require its check to have passed
+    and no Ray or unknown process to have been left behind."""
+    for key, seconds in result["timings"].items():
+        record_property(key, round(seconds, 1))
+    print(f"timings: { {k: round(v, 1) for k, v in result['timings'].items()} }")
+    assert result["ok"], explain(result, work)
+    assert result["leftovers"]["ray"] == [], result["leftovers"]
+    assert result["leftovers"]["other"] == [], result["leftovers"]

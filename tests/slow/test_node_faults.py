@@ -16,7 +16,7 @@ one FAILED run with the reason and its one epoch, and no tracking operation is l
 
 import pytest
 
-from cluster_harness import explain, run_cluster_scenario
+from cluster_harness import assert_scenario_passed, run_cluster_scenario
 
 # Placeholders: {storage} (/srv/ray_results, shared by both nodes), {name}, {mlflow_uri}. Every trial needs
 # node_slot=1, which each node offers once: two trials at a time, one per node (3 epochs: --epochs scales t).
@@ -35,9 +35,4 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 def test_node_death_driver_kill_and_tracking_outage_lose_nothing(tmp_path, cluster_prerequisites, record_property):
     result = run_cluster_scenario("node-faults", tmp_path / "scenario", PAYLOAD, CHECK, timeout=850,
                                   job_env=FAULTS, resume_payload=RESUME)
-    for key, seconds in result["timings"].items():
-        record_property(key, round(seconds, 1))
-    print(f"timings: { {k: round(v, 1) for k, v in result['timings'].items()} }")
-    assert result["ok"], explain(result, tmp_path / "scenario")
-    assert result["leftovers"]["ray"] == [], result["leftovers"]
-    assert result["leftovers"]["other"] == [], result["leftovers"]
+    assert_scenario_passed(result, tmp_path / "scenario", record_property)

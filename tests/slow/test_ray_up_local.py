@@ -9,7 +9,7 @@ All of it runs in its own PID/network/mount/UTS namespaces (tests/slow/ns_cluste
 
 import pytest
 
-from cluster_harness import explain, run_cluster_scenario
+from cluster_harness import assert_scenario_passed, run_cluster_scenario
 
 # The job: arguments after the venv's python, run in the job's working dir (a copy of the repository).
 # Placeholders: {storage} (the shared folder, /mnt/runs/ray_results), {name}, {mlflow_uri}, {data_root}.
@@ -24,12 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(540)]
 
 def test_ray_up_job_submit_ray_down(tmp_path, cluster_prerequisites, record_property):
     result = run_cluster_scenario("ray-up", tmp_path / "scenario", PAYLOAD, CHECK, timeout=500)
-    for key, seconds in result["timings"].items():
-        record_property(key, round(seconds, 1))
-    print(f"timings: { {k: round(v, 1) for k, v in result['timings'].items()} }")
-    assert result["ok"], explain(result, tmp_path / "scenario")
-    assert "ray_down_error" not in result, result["ray_down_error"]
     # `ray down` ran `ray stop` in the head's login shell: with the venv on the login PATH it stopped every
     # Ray process. Only sshd (ours) and the MLflow server (the local provider has no teardown hook) remain.
-    assert result["leftovers"]["ray"] == [], result["leftovers"]
-    assert result["leftovers"]["other"] == [], result["leftovers"]
+    assert_scenario_passed(result, tmp_path / "scenario", record_property)
+    assert "ray_down_error" not in result, result["ray_down_error"]

@@ -11,7 +11,7 @@ the head's MLflow server, where the check reads them back over HTTP (scenario tw
 
 import pytest
 
-from cluster_harness import explain, run_cluster_scenario
+from cluster_harness import assert_scenario_passed, run_cluster_scenario
 
 # The job: arguments after the venv's python, run in the job's working dir (a copy of the repository).
 # Placeholders: {storage} (/srv/ray_results, the shared folder on both nodes), {name}, {mlflow_uri}. Each node
@@ -27,10 +27,5 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(540)]
 
 def test_sweep_across_two_nodes_shares_one_teacher(tmp_path, cluster_prerequisites, record_property):
     result = run_cluster_scenario("two-nodes", tmp_path / "scenario", PAYLOAD, CHECK, timeout=500)
-    for key, seconds in result["timings"].items():
-        record_property(key, round(seconds, 1))
-    print(f"timings: { {k: round(v, 1) for k, v in result['timings'].items()} }")
-    assert result["ok"], explain(result, tmp_path / "scenario")
     # The nodes were stopped by the PIDs the scenario started; nothing of Ray should be left to kill.
-    assert result["leftovers"]["ray"] == [], result["leftovers"]
-    assert result["leftovers"]["other"] == [], result["leftovers"]
+    assert_scenario_passed(result, tmp_path / "scenario", record_property)
