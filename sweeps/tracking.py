@@ -111,7 +111,11 @@ class Tracker:
         found = [self.spool] if self.spool.exists() else []
         found += [j for j in sorted(self.spool.parent.glob(f"{stem}.*.jsonl")) if _owner_gone(j, stem)]
         for f in found:
-            self.queue += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            for line in filter(str.strip, f.read_text().splitlines()):
+                try:
+                    self.queue.append(json.loads(line))
+                except json.JSONDecodeError:  # the last line of a driver that died mid-write (power loss)
+                    self.log(f"[tracking] skipped a torn line of {f.name}: {line[:80]}")
         if found:
             self._journal(self.queue)  # ours first, then theirs go: a kill in between only duplicates
             for f in found:
