@@ -521,8 +521,6 @@ def node_faults_scenario(args, result: dict) -> None:
 
         wait_for("the trial on the worker to pause mid-epoch", paused, 300)
         timings["until_pause_s"] = time.monotonic() - t0
-        (marker,) = list(once.glob("pause@*"))
-        context["paused_marker"] = marker.name
         nodes.stop_mlflow("mlflow_stop_mid_sweep")
         nodes.kill_worker_node()
         timings["node_killed_at_s"] = time.monotonic() - t0
