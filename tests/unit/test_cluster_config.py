@@ -1,7 +1,7 @@
 """The cluster configs pass Ray's own schema and the project's rules; broken variants are caught.
 
 Ray's validation is the autoscaler's private prepare_config/validate_config (pinned Ray); the project's rules
-live in sweeps/cluster_check.py. Each negative case mutates a shipped config in one way and must fail.
+live in clusters/cluster_check.py. Each negative case mutates a shipped config in one way and must fail.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps import cluster_check
-from sweeps.cluster_check import default_targets, validate_cluster_yaml, validate_script
+from clusters import cluster_check
+from clusters.cluster_check import default_targets, validate_cluster_yaml, validate_script
 
 REPO = Path(__file__).resolve().parents[2]
 AWS = REPO / "ray_cluster.yaml"
@@ -279,12 +279,13 @@ def test_sbatch_naming_a_missing_script_fails(tmp_path):
 # --- the module and its CLI -----------------------------------------------------------------------------------
 
 def test_cluster_check_does_not_import_torch():
-    code = "import sys, sweeps.cluster_check as c; c.validate_path(sys.argv[1]); assert 'torch' not in sys.modules"
+    code = "import sys, clusters.cluster_check as c; c.validate_path(sys.argv[1]); assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code, str(AWS)], check=True, cwd=REPO)
 
 
-def test_cli_exit_codes(tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "sweeps.cluster_check", str(AWS), str(SBATCH)],
+@pytest.mark.parametrize("module", ["sweeps.cluster_check", "clusters.cluster_check"])
+def test_cli_exit_codes(tmp_path, module):
+    ok = subprocess.run([sys.executable, "-m", module, str(AWS), str(SBATCH)],
                         capture_output=True, text=True, cwd=REPO)
     assert ok.returncode == 0, ok.stdout
     bad_cfg = load(AWS)
@@ -292,7 +293,7 @@ def test_cli_exit_codes(tmp_path):
     (tmp_path / "pyproject.toml").write_text("")
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(bad_cfg))
-    failed = subprocess.run([sys.executable, "-m", "sweeps.cluster_check", str(bad)],
+    failed = subprocess.run([sys.executable, "-m", module, str(bad)],
                             capture_output=True, text=True, cwd=REPO)
     assert failed.returncode == 1 and "FAIL" in failed.stdout and "integer" in failed.stdout
 
