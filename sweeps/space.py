@@ -8,7 +8,7 @@
 
 `when` makes a parameter conditional on earlier ones, so gamma is never sampled for Linear nor t for Const.
 The function is module-level and bound with functools.partial: a closure cannot be pickled, and a function
-defined in __main__ breaks Tuner.restore (shared/STACK.md).
+defined in __main__ makes Tuner.restore from another script fail to restore and then hang.
 """
 from __future__ import annotations
 

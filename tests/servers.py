@@ -48,7 +48,7 @@ class MlflowServer:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGINT)  # SIGINT stops it reliably (shared/STACK.md)
+            os.killpg(self.proc.pid, signal.SIGINT)  # SIGTERM has failed to stop it; SIGINT does
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
