@@ -1,4 +1,4 @@
-"""Datasets in their on-disk formats, the split, augmentation, config validation and epoch scaling."""
+"""Missing data files, the split, augmentation, config validation and epoch scaling."""
 import numpy as np
 import pytest
 import torch
@@ -6,22 +6,6 @@ import torch
 from ssat.config import ConfigError, from_dict, scale_epochs
 from ssat.datasets import (DataError, augment, export_labeled_idx, import_labeled_idx, load_arrays, make_split)
 from ssat.presets import preset
-from tests.fakedata import WRITERS
-
-
-@pytest.mark.parametrize("name", ["cifar10", "cifar100", "svhn"])
-def test_loaders_read_torchvision_formats(tmp_path, name):
-    WRITERS[name](tmp_path)
-    a = load_arrays(name, str(tmp_path))
-    assert a.x_train.dtype == torch.uint8 and a.x_train.shape[1:] == (3, 32, 32)
-    assert a.y_train.min() >= 0 and a.y_train.max() < a.num_classes
-    assert len(a.x_test) in (100, 200)
-
-
-def test_svhn_label_10_is_digit_0(tmp_path):
-    WRITERS["svhn"](tmp_path)
-    a = load_arrays("svhn", str(tmp_path))
-    assert (a.y_train == 0).any() and a.y_train.max() == 9
 
 
 def test_missing_files_are_named(tmp_path):
@@ -62,13 +46,13 @@ def test_labeled_index_export_import(tmp_path):
         make_split("mnist5k", y, split_seed=0, labeled_idx=np.array([0, 1, 50_000]))
 
 
-def test_augment_in_box_deterministic_and_varied():
+def test_augment_is_reproducible_from_its_generator():
+    """Pixel-level checks of the crop and flip are in test_datasets_pixels.py; here: same seed, same views."""
     x = torch.rand(16, 3, 32, 32)
     a1 = augment(x, torch.Generator().manual_seed(0))
     a2 = augment(x, torch.Generator().manual_seed(0))
     assert torch.equal(a1, a2) and a1.shape == x.shape
-    assert a1.min() >= 0 and a1.max() <= 1
-    assert not torch.equal(a1, x)
+    assert not torch.equal(a1, augment(x, torch.Generator().manual_seed(1)))
 
 
 def test_config_errors_name_field_value_and_allowed():
@@ -91,8 +75,13 @@ def test_scale_epochs_rule_and_refusal():
         scale_epochs(preset("cifar10-ssat-mbi"), 3)
 
 
-def test_every_preset_validates():
+def test_every_preset_validates_and_keeps_its_values():
     from ssat.presets import PRESETS
 
     for name in PRESETS:
-        from_dict(preset(name))
+        d = preset(name)
+        cfg = from_dict(d).to_dict()
+        for section, values in d.items():
+            got = cfg[section]
+            assert (got == values if not isinstance(values, dict)
+                    else {k: got[k] for k in values} == values), (name, section)
