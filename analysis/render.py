@@ -9,6 +9,7 @@ csv is the machine-readable form of the same cells: one line per cell, numbers a
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,9 @@ _TEX_ESCAPE = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 _TEX_SYMBOLS = {"✗": r"\xmark", "✓": r"\cmark", "†": r"$^{\dagger}$", "‡": r"$^{\ddagger}$", "§": r"$^{\S}$",
                 "—": "--", "±": r"$\pm$"}
+# how each format writes a cell's emphasis ('' = none) around the escaped text
+MD_EMPHASIS = {"": "{}", "bold": "**{}**", "underline": "<u>{}</u>"}
+TEX_EMPHASIS = {"": "{}", "bold": r"\textbf{{{}}}", "underline": r"\underline{{{}}}"}
 
 
 def render(result: TableResult, fmt: str) -> str:
@@ -31,25 +35,31 @@ def render(result: TableResult, fmt: str) -> str:
 
 
 # ---- cell text -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Text:
+    """One cell's plain text: `emphasis` ('', 'bold' or 'underline') applies to `head` only, `tail` (the
+    spread and the marks) follows it unemphasised. Each format escapes and emphasises it its own way."""
+
+    head: str
+    tail: str = ""
+    emphasis: str = ""
+
+
 def _number(x: float, decimals: int) -> str:
     return f"{x:.{decimals}f}"
 
 
-def cell_text(line, decimals: int, bold: str = "**{}**", underline: str = "<u>{}</u>") -> str:
+def cell_text(line, decimals: int) -> Text:
     """'mean (std)' with emphasis and marks; '—' for an empty cell; no std with a single seed."""
     if line["n"] == 0:
-        return "—"
-    mean = _number(line["mean"], decimals)
-    if line["bold"]:
-        mean = bold.format(mean)
-    elif line["underline"]:
-        mean = underline.format(mean)
+        return Text("—")
+    emphasis = "bold" if line["bold"] else "underline" if line["underline"] else ""
     std = line["std"]
     spread = "" if math.isnan(std) or (decimals == 0 and std == 0) else f" ({_number(std, decimals)})"
     marks = "".join(MARKS[k] for k, flag in (("missing", line["missing_seeds"]),
                                              ("not_significant", line["not_significant"]),
                                              ("subset", line["subset"])) if flag)
-    return mean + spread + marks
+    return Text(_number(line["mean"], decimals), spread + marks, emphasis)
 
 
 def paper_text(line, decimals: int) -> str:
@@ -69,19 +79,19 @@ def _header(result: TableResult) -> list[str]:
     return head
 
 
-def _grid(result: TableResult, group: str, bold: str, underline: str) -> list[list[list[str]]]:
+def _grid(result: TableResult, group: str) -> list[list[list[Text]]]:
     """Blocks of rows of cell texts for one column group."""
     cells = result.cells[result.cells["group"] == group].set_index(["row", "column"])
     out = []
     for block in result.blocks:
         rows = []
         for row in block:
-            texts = list(result.spec.label_cells(row))
+            texts = [Text(label) for label in result.spec.label_cells(row)]
             for col in result.columns:
                 line = cells.loc[(row, col.key)]
-                texts.append(cell_text(line, col.decimals, bold, underline))
+                texts.append(cell_text(line, col.decimals))
                 if result.options.compare_paper:
-                    texts.append(paper_text(line, col.decimals))
+                    texts.append(Text(paper_text(line, col.decimals)))
             rows.append(texts)
         out.append(rows)
     return out
@@ -97,14 +107,18 @@ def _md_row(cells: list[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
+def _md_cell(text: Text) -> str:
+    return MD_EMPHASIS[text.emphasis].format(text.head) + text.tail
+
+
 def to_markdown(result: TableResult) -> str:
     """One Markdown table per column group, under its title; notes as a list below."""
     lines = [f"**{_title(result)}**", ""]
     for group in result.groups:
         head = _header(result)
         lines += [f"*{group_title(group)}*", "", _md_row(head), "|" + "|".join(":-:" for _ in head) + "|"]
-        for block in _grid(result, group, "**{}**", "<u>{}</u>"):
-            lines += [_md_row(r) for r in block]
+        for block in _grid(result, group):
+            lines += [_md_row([_md_cell(t) for t in r]) for r in block]
         lines.append("")
     lines += [f"- {n}" for n in result.notes]
     return "\n".join(lines) + "\n"
@@ -131,7 +145,7 @@ def to_latex(result: TableResult) -> str:
     for group in result.groups:
         lines += [r"\toprule", rf"\multicolumn{{{width}}}{{c}}{{{tex(group_title(group))}}} \\",
                   " & ".join(rf"\textbf{{{tex(h)}}}" for h in head) + r" \\", r"\midrule"]
-        blocks = _grid(result, group, "\0B{}\0", "\0U{}\0")
+        blocks = _grid(result, group)
         for i, block in enumerate(blocks):
             lines += [" & ".join(_tex_cell(c) for c in row) + r" \\" for row in block]
             if i < len(blocks) - 1 and block:
@@ -143,14 +157,8 @@ def to_latex(result: TableResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tex_cell(text: str) -> str:
-    """Cell text with \\0B..\\0 / \\0U..\\0 emphasis placeholders -> LaTeX."""
-    out = tex(text)
-    while "\0B" in out:
-        out = out.replace("\0B", r"\textbf{", 1).replace("\0", "}", 1)
-    while "\0U" in out:
-        out = out.replace("\0U", r"\underline{", 1).replace("\0", "}", 1)
-    return out
+def _tex_cell(text: Text) -> str:
+    return TEX_EMPHASIS[text.emphasis].format(tex(text.head)) + tex(text.tail)
 
 
 # ---- CSV -------------------------------------------------------------------------------------

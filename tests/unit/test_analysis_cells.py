@@ -125,6 +125,8 @@ def test_schedules_bold_and_underlined_second_with_ties():
     latex = render_table(frame(*recs), "schedules", "latex")
     assert r"\underline{84.00} (0.14)" in latex
     assert r"\textbf{84.20} (0.28)" in latex and r"\textbf{84.20} (0.00)" in latex
+    md = render_table(frame(*recs), "schedules", "md")
+    assert "| Curious-(1.5,70) | <u>84.00</u> (0.14) |" in md and "| Curious-(1.25,70) | **84.20** (0.00) |" in md
 
 
 def test_main_bold_per_method_group_and_dataset_fixmatch_never_ranked():
