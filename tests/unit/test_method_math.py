@@ -196,7 +196,7 @@ def test_awr_loss_matches_the_appendix_equation():
     g = torch.Generator().manual_seed(5)
     ll, lu, la, lp, lt = (torch.randn(n, 4, generator=g, dtype=torch.float64) for n in (3, 6, 6, 6, 6))
     yl = torch.tensor([0, 2, 1])
-    out = awr_loss(ll, yl, lu, la, lp, lt, lam=20.0, beta=0.5, label_smoothing=0.2, gamma_prime=4.0, tau_prime=1.2)
+    out = awr_loss(ll, yl, lu, la, lp, lt, lam=20.0, beta=0.3, label_smoothing=0.2, gamma_prime=4.0, tau_prime=1.2)
     sm = _np_softmax
     ll_, lu_, la_, lp_, lt_ = (t.numpy() for t in (ll, lu, la, lp, lt))
     smooth = np.full((3, 4), 0.2 / 4) + 0.8 * np.eye(4)[yl.numpy()]
@@ -205,5 +205,121 @@ def test_awr_loss_matches_the_appendix_equation():
     yt = sm(lt_)
     kd = kl(sm(lt_ / 1.2), sm(lu_ / 1.2)).mean()
     w = lambda q: 0.5 * (yt * sm(lu_)).sum(1) + 0.5 * (yt * (1 - sm(q))).sum(1)  # noqa: E731
-    rob = 0.5 * (kl(sm(lu_), sm(la_)) * w(la_)).mean() + 0.5 * (kl(sm(lu_), sm(lp_)) * w(lp_)).mean()
+    # beta = 0.3 on x_adv, 0.7 on x_pgd (an asymmetric beta, so a swap shows)
+    rob = 0.3 * (kl(sm(lu_), sm(la_)) * w(la_)).mean() + 0.7 * (kl(sm(lu_), sm(lp_)) * w(lp_)).mean()
     assert out["loss"].item() == pytest.approx(ls + 4.0 * kd + 20.0 * rob, rel=1e-6)
+    assert out["kd"].item() == pytest.approx(kd, rel=1e-6)
+    assert out["ce"].item() == pytest.approx(ls, rel=1e-6)
+    assert out["w_adv"].item() == pytest.approx(w(la_).mean(), rel=1e-6)
+    assert out["w_pgd"].item() == pytest.approx(w(lp_).mean(), rel=1e-6)
+
+
+# ---- losses on two classes, by hand -------------------------------------------------------------------
+L3, L9 = math.log(3.0), math.log(9.0)
+
+
+def _two_rows():
+    """Row 1: p(x) = [.5, .5], p(x_adv) = [.25, .75], p(x_pgd) = [.1, .9], label 0.
+    Row 2: p(x) = [.75, .25], p(x_adv) = [.1, .9], p(x_pgd) = [.25, .75], label 1."""
+    lx = torch.tensor([[0.0, 0.0], [L3, 0.0]])
+    la = torch.tensor([[0.0, L3], [0.0, L9]])
+    lp = torch.tensor([[0.0, L9], [0.0, L3]])
+    return lx, la, lp, torch.tensor([0, 1])
+
+
+# KL(p(x) || p(x_adv)) and KL(p(x) || p(x_pgd)) per row, written out; the reversed KL(q || p) differs
+KL_ADV = [0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75),
+          0.75 * math.log(0.75 / 0.1) + 0.25 * math.log(0.25 / 0.9)]
+KL_ADV_REVERSED = [0.25 * math.log(0.25 / 0.5) + 0.75 * math.log(0.75 / 0.5),
+                   0.1 * math.log(0.1 / 0.75) + 0.9 * math.log(0.9 / 0.25)]
+KL_PGD = [0.5 * math.log(0.5 / 0.1) + 0.5 * math.log(0.5 / 0.9), 0.75 * math.log(3.0) + 0.25 * math.log(1 / 3)]
+
+
+def test_mbi_loss_two_class_values_by_hand():
+    lx, la, lp, y = _two_rows()
+    t = mbi_loss(lx, la, lp, y, lam=2.0, beta=0.25)
+    ce = (math.log(2.0) + math.log(4.0)) / 2            # -log 0.5, -log 0.25: a batch mean
+    kl_adv, kl_pgd = sum(KL_ADV) / 2, sum(KL_PGD) / 2
+    assert t["ce"].item() == pytest.approx(ce, abs=1e-6)
+    assert t["kl_adv"].item() == pytest.approx(kl_adv, abs=1e-6)
+    assert t["kl_pgd"].item() == pytest.approx(kl_pgd, abs=1e-6)
+    assert t["loss"].item() == pytest.approx(ce + 2.0 * (0.25 * kl_adv + 0.75 * kl_pgd), abs=1e-6)
+    assert abs(kl_adv - sum(KL_ADV_REVERSED) / 2) > 0.1  # the hand values tell the two directions apart
+    # soft targets: y~ = [.5, .5] on row 1, one-hot on row 2
+    soft = torch.tensor([[0.5, 0.5], [0.0, 1.0]])
+    assert mbi_loss(lx, la, lp, soft, 2.0, 0.25)["ce"].item() == pytest.approx(ce, abs=1e-6)
+    soft = torch.tensor([[0.2, 0.8], [0.0, 1.0]])  # row 1: -(0.2 + 0.8) log 0.5 = log 2 still (p uniform)
+    lx2 = torch.tensor([[0.0, L3], [L3, 0.0]])     # row 1 now [.25, .75]: -(0.2 log .25 + 0.8 log .75)
+    want = (-(0.2 * math.log(0.25) + 0.8 * math.log(0.75)) + math.log(4.0)) / 2
+    assert mbi_loss(lx2, la, lp, soft, 2.0, 0.25)["ce"].item() == pytest.approx(want, abs=1e-6)
+
+
+def test_uat_loss_two_class_values_by_hand():
+    lx, la, _, y = _two_rows()
+    t = uat_loss(lx, la, y, lam=3.0)
+    ce = (-math.log(0.25) - math.log(0.9)) / 2  # CE on f(x_adv), eq. 5
+    assert t["ce"].item() == pytest.approx(ce, abs=1e-6)
+    assert t["kl_adv"].item() == pytest.approx(sum(KL_ADV) / 2, abs=1e-6)
+    assert t["loss"].item() == pytest.approx(ce + 3.0 * sum(KL_ADV) / 2, abs=1e-6)
+
+
+def test_awr_label_smoothing_and_teacher_temperature_by_hand():
+    ll = torch.tensor([[0.0, L3], [0.0, 0.0]])            # [.25, .75], [.5, .5]
+    yl = torch.tensor([1, 0])
+    lt = torch.tensor([[0.0, 2 * L3]])                    # / tau' = 2: [.25, .75]
+    lu = torch.tensor([[0.0, 2 * L9]])                    # / tau' = 2: [.1, .9]
+    la = lp = lu
+    t = awr_loss(ll, yl, lu, la, lp, lt, lam=0.0, beta=0.3, label_smoothing=0.2, gamma_prime=4.0, tau_prime=2.0)
+    # label smoothing 0.2 over 2 classes: targets [0.1, 0.9] and [0.9, 0.1]
+    ls = (-(0.1 * math.log(0.25) + 0.9 * math.log(0.75)) + math.log(2.0)) / 2
+    kd = 0.25 * math.log(0.25 / 0.1) + 0.75 * math.log(0.75 / 0.9)  # KL(p_T^tau' || p^tau')
+    assert t["ce"].item() == pytest.approx(ls, abs=1e-6)
+    assert t["kd"].item() == pytest.approx(kd, abs=1e-6)
+    assert t["loss"].item() == pytest.approx(ls + 4.0 * kd, abs=1e-6)
+    # x_u = x_u_adv: the KL terms vanish whatever lam; w = 1/2 <y~, p> + 1/2 <y~, 1 - p> = 1/2
+    t = awr_loss(ll, yl, lu, la, lp, lt, lam=5.0, beta=0.3, label_smoothing=0.2, gamma_prime=4.0, tau_prime=2.0)
+    assert t["loss"].item() == pytest.approx(ls + 4.0 * kd, abs=1e-6)
+    assert t["w_adv"].item() == pytest.approx(0.5, abs=1e-6)
+
+
+def test_awr_weight_two_rows_by_hand():
+    y_t = torch.tensor([[1.0, 0.0], [0.25, 0.75]])
+    lx = torch.tensor([[L3, 0.0], [0.0, 0.0]])     # [.75, .25], [.5, .5]
+    la = torch.tensor([[0.0, L3], [0.0, L9]])      # [.25, .75], [.1, .9]
+    # row 1: 1/2 * .75 + 1/2 * (1 - .25); row 2: 1/2 * .5 + 1/2 * (.25 * .9 + .75 * .1)
+    want = [0.5 * 0.75 + 0.5 * 0.75, 0.25 + 0.5 * (0.25 * 0.9 + 0.75 * 0.1)]
+    assert awr_weight(y_t, lx, la).tolist() == pytest.approx(want, abs=1e-6)
+
+
+# ---- schedules: every branch at its boundary ------------------------------------------------------------
+def test_curious_gamma_scales_the_ramp_and_eps_holds_after_t():
+    eps, t = 0.3, 4
+    got = [epsilon_schedule("curious", e, eps=eps, t=t, gamma=2.0) for e in (1, 2, 4, 5, 50)]
+    assert got == pytest.approx([0.15, 0.3, 0.6, 0.3, 0.3])
+    assert [epsilon_schedule("linear", e, eps=eps, t=t) for e in (1, 4, 5, 50)] == pytest.approx(
+        [0.075, 0.3, 0.3, 0.3])
+    assert epsilon_schedule("linear", 1, eps=eps, t=1) == pytest.approx(eps)  # t = 1: eps from the start
+    assert epsilon_schedule("const", 1, eps=eps, t=4, gamma=2.0) == eps      # const ignores t and gamma
+    assert epsilon_schedule("const", 2) == pytest.approx(8 / 255)              # the default eps
+
+
+def test_epsilon_schedule_errors_name_the_problem():
+    with pytest.raises(ValueError, match="epochs count from 1"):
+        epsilon_schedule("const", 0)
+    with pytest.raises(ValueError, match="epochs count from 1"):
+        epsilon_schedule("curious", -3, t=5)
+    with pytest.raises(ValueError, match="allowed: const, linear, curious"):
+        epsilon_schedule("cosine", 3, t=5)
+    for name in ("linear", "curious"):
+        with pytest.raises(ValueError, match="needs t >= 1"):
+            epsilon_schedule(name, 3)
+        with pytest.raises(ValueError, match="needs t >= 1"):
+            epsilon_schedule(name, 3, t=0)
+
+
+def test_rho_doubles_from_double_epoch_and_lr_factors_are_of_the_initial_rate():
+    assert [rho_schedule(e, 0.03, 3) for e in (1, 2, 3, 4)] == [0.03, 0.03, 0.06, 0.06]
+    assert rho_schedule(1, 0.03, 1) == 0.06
+    assert lr_at(5, 0.2, [], []) == 0.2
+    assert [lr_at(e, 0.2, [2, 4], [0.5, 0.1]) for e in (1, 2, 3, 4, 9)] == pytest.approx(
+        [0.2, 0.1, 0.1, 0.02, 0.02])
