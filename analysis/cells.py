@@ -28,7 +28,7 @@ import pandas as pd
 from scipy import stats
 
 from . import paper, protocol
-from .specs import Spec, dataset_of, is_teacher, param, value
+from .specs import TableSpec, dataset_of, is_teacher, param, value
 
 MARKS = {"missing": "†", "not_significant": "‡", "subset": "§"}
 
@@ -56,7 +56,7 @@ class Options:
 
 @dataclass
 class TableResult:
-    spec: Spec
+    spec: TableSpec
     options: Options
     groups: list[str]
     blocks: list[tuple[str, ...]]
@@ -74,14 +74,14 @@ def _stage_ok(run: dict, opts: Options) -> bool:
     return stage in opts.stages if opts.stages is not None else stage != "search"
 
 
-def _reads(run: dict, spec: Spec, opts: Options) -> bool:
+def _reads(run: dict, spec: TableSpec, opts: Options) -> bool:
     kind = value(run, "meta.kind") or "trial"
     if kind not in ("trial", "teacher") or not _stage_ok(run, opts):
         return False
     return opts.any_tag or value(run, "meta.table") == (spec.reads_tag or spec.name)
 
 
-def select_runs(runs: pd.DataFrame, spec: Spec, opts: Options) -> pd.DataFrame:
+def select_runs(runs: pd.DataFrame, spec: TableSpec, opts: Options) -> pd.DataFrame:
     """The table's runs (any status) with columns ``row`` and ``group`` added."""
     records = []
     for run in runs.to_dict("records"):
@@ -110,7 +110,7 @@ def _attach_teachers(sel: pd.DataFrame) -> pd.DataFrame:
     return sel
 
 
-def _no_runs_message(runs: pd.DataFrame, spec: Spec, opts: Options) -> str:
+def _no_runs_message(runs: pd.DataFrame, spec: TableSpec, opts: Options) -> str:
     tags = sorted({str(t) for t in runs.get("meta.table", pd.Series(dtype=object)).dropna()})
     how = "" if opts.any_tag else (f" tagged ssat.table={spec.reads_tag or spec.name} (tags seen: "
                                    f"{', '.join(tags) or 'none'}; --any-tag keys rows on the params of every run)")
@@ -148,7 +148,7 @@ def _seed(run: dict):
     return s if s is not None else param(run, "seed")
 
 
-def run_values(sel: pd.DataFrame, spec: Spec, opts: Options) -> tuple[pd.DataFrame, pd.DataFrame]:
+def run_values(sel: pd.DataFrame, spec: TableSpec, opts: Options) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(values, excluded): a value per (run, column) that passes the protocol, and each one left out."""
     kept, dropped = [], []
     for run in sel.to_dict("records"):
@@ -195,7 +195,7 @@ def _natural(label: str) -> tuple:
     return tuple((0, float(p), "") if re.fullmatch(r"-?\d+(?:\.\d+)?", p) else (1, 0.0, p) for p in parts if p)
 
 
-def layout(spec: Spec, sel: pd.DataFrame) -> tuple[list[str], list[tuple], list]:
+def layout(spec: TableSpec, sel: pd.DataFrame) -> tuple[list[str], list[tuple], list]:
     """(groups, blocks, baselines): the paper's rows and groups first, then those found only in runs."""
     found_rows = list(dict.fromkeys(sel["row"]))
     known = {r for b in spec.blocks for r in b}
@@ -212,7 +212,7 @@ def layout(spec: Spec, sel: pd.DataFrame) -> tuple[list[str], list[tuple], list]
 
 
 # ---- statistics ------------------------------------------------------------------------------
-def summarize(values: pd.DataFrame, spec: Spec, groups, blocks, opts: Options) -> pd.DataFrame:
+def summarize(values: pd.DataFrame, spec: TableSpec, groups, blocks, opts: Options) -> pd.DataFrame:
     """Every displayed cell: mean, std (ddof=1), n, expected seeds, and the runs behind it."""
     by_cell = {k: g for k, g in values.groupby(["group", "row", "column"], sort=False)}
     none = values.iloc[0:0]
@@ -225,7 +225,7 @@ def summarize(values: pd.DataFrame, spec: Spec, groups, blocks, opts: Options) -
     return pd.DataFrame(lines)
 
 
-def _cell(vals: pd.DataFrame, spec: Spec, group: str, block: int, row: str, col, opts: Options) -> dict:
+def _cell(vals: pd.DataFrame, spec: TableSpec, group: str, block: int, row: str, col, opts: Options) -> dict:
     vals = vals.sort_values("seed", kind="stable")
     data = [float(x) for x in vals["value"]]
     n = len(data)
@@ -244,7 +244,7 @@ def _cell(vals: pd.DataFrame, spec: Spec, group: str, block: int, row: str, col,
     return cell
 
 
-def _expected(v: pd.DataFrame, spec: Spec) -> int:
+def _expected(v: pd.DataFrame, spec: TableSpec) -> int:
     asked = pd.to_numeric(v["expected_seeds"], errors="coerce").dropna()
     if not asked.empty:
         return int(asked.max())
@@ -260,7 +260,7 @@ def welch_p(a, b) -> float:
         return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def mark(cells: pd.DataFrame, spec: Spec, blocks, baselines, opts: Options) -> pd.DataFrame:
+def mark(cells: pd.DataFrame, spec: TableSpec, blocks, baselines, opts: Options) -> pd.DataFrame:
     """Add bold / underline / missing_seeds / p_value / not_significant to the summarized cells."""
     cells = cells.copy()
     cells["bold"] = False
@@ -276,7 +276,7 @@ def mark(cells: pd.DataFrame, spec: Spec, blocks, baselines, opts: Options) -> p
     return cells
 
 
-def _rank(cells: pd.DataFrame, part: pd.DataFrame, spec: Spec, decimals: int) -> None:
+def _rank(cells: pd.DataFrame, part: pd.DataFrame, spec: TableSpec, decimals: int) -> None:
     if spec.emphasis == "none":
         return
     ranked = part[(part["n"] > 0) & ~part["row"].isin(spec.unranked)]
@@ -288,7 +288,7 @@ def _rank(cells: pd.DataFrame, part: pd.DataFrame, spec: Spec, decimals: int) ->
         cells.loc[shown.index[shown == levels[1]], "underline"] = True
 
 
-def _test(cells: pd.DataFrame, part: pd.DataFrame, spec: Spec, baseline: str | None, alpha: float) -> None:
+def _test(cells: pd.DataFrame, part: pd.DataFrame, spec: TableSpec, baseline: str | None, alpha: float) -> None:
     base = part[(part["row"] == baseline) & (part["n"] > 0)]
     if base.empty:
         return
@@ -302,7 +302,7 @@ def _test(cells: pd.DataFrame, part: pd.DataFrame, spec: Spec, baseline: str | N
 
 
 # ---- notes -----------------------------------------------------------------------------------
-def _drop_empty_columns(spec: Spec, cells: pd.DataFrame, excluded: pd.DataFrame, opts: Options):
+def _drop_empty_columns(spec: TableSpec, cells: pd.DataFrame, excluded: pd.DataFrame, opts: Options):
     """Columns no run fills (and the paper does not either, when compared) are left out, with a note."""
     keep, notes = [], []
     for col in spec.columns:
@@ -317,7 +317,7 @@ def _drop_empty_columns(spec: Spec, cells: pd.DataFrame, excluded: pd.DataFrame,
     return keep, notes
 
 
-def _protocol_note(spec: Spec, opts: Options) -> str:
+def _protocol_note(spec: TableSpec, opts: Options) -> str:
     p = opts.protocol()
     if all(c.kind == "time" for c in spec.columns):
         return (f"Cells: mean over seeds (sample standard deviation, ddof=1) of runs trained in {p.precision} "
@@ -327,7 +327,7 @@ def _protocol_note(spec: Spec, opts: Options) -> str:
             f"{p.restarts} restart, full test set{' (or a labelled subset)' if p.allow_subset else ''}.")
 
 
-def _notes(spec: Spec, cells: pd.DataFrame, values: pd.DataFrame, opts: Options) -> list[str]:
+def _notes(spec: TableSpec, cells: pd.DataFrame, values: pd.DataFrame, opts: Options) -> list[str]:
     notes = [_protocol_note(spec, opts)]
     if cells["missing_seeds"].any():
         notes.append(f"{MARKS['missing']} fewer seeds than the sweep asked for.")
@@ -344,7 +344,7 @@ def _notes(spec: Spec, cells: pd.DataFrame, values: pd.DataFrame, opts: Options)
     return notes
 
 
-def _detail_note(spec: Spec, sel: pd.DataFrame, values: pd.DataFrame) -> list[str]:
+def _detail_note(spec: TableSpec, sel: pd.DataFrame, values: pd.DataFrame) -> list[str]:
     """What the short row labels (Lin., Cur.) stand for in these runs, next to the paper's meaning."""
     if spec.detail_of is None:
         return []
@@ -360,7 +360,7 @@ def _detail_note(spec: Spec, sel: pd.DataFrame, values: pd.DataFrame) -> list[st
     return [f"Glo. in these runs: {ours} (paper: {spec.paper_detail})."]
 
 
-def _paper_notes(spec: Spec, sel: pd.DataFrame) -> list[str]:
+def _paper_notes(spec: TableSpec, sel: pd.DataFrame) -> list[str]:
     epochs = sorted({int(e) for e in sel.get("param.epochs", pd.Series(dtype=float)).dropna()})
     found = f" Our runs: {', '.join(map(str, epochs))} epochs." if epochs else ""
     timing = all(c.kind == "time" for c in spec.columns)
@@ -370,7 +370,7 @@ def _paper_notes(spec: Spec, sel: pd.DataFrame) -> list[str]:
 
 
 # ---- all together ----------------------------------------------------------------------------
-def build(runs: pd.DataFrame, spec: Spec, opts: Options = Options()) -> TableResult:
+def build(runs: pd.DataFrame, spec: TableSpec, opts: Options = Options()) -> TableResult:
     """The whole table: cells with statistics and marks, what was left out, and the notes."""
     sel = select_runs(runs, spec, opts)
     values, excluded = run_values(sel, spec, opts)

@@ -1,4 +1,6 @@
-"""One spec per paper table: its rows, columns, column groups, emphasis rule and baseline rows.
+"""One `TableSpec` per paper table: its rows, columns, column groups, emphasis rule and baseline rows.
+
+(A table spec, not a sweep spec: the YAML sweep specs are `sweeps.spec.Spec`.)
 
 How a run finds its row: rows are keyed on the run's **parameters** (docs/tracking.md), never on the
 free-text ``ssat.row`` tag. The params are typed and validated by ``ssat.config`` (``schedule`` in
@@ -37,7 +39,7 @@ class Column:
 
 
 @dataclass(frozen=True)
-class Spec:
+class TableSpec:
     """Layout and rules of one table; `analysis.cells` and `analysis.render` do the rest generically."""
 
     name: str
@@ -213,40 +215,40 @@ ABLATION_ROWS = ("none|no-int", "Lin.|no-int", "Cur.|no-int", "none|int", "Lin.|
 SCHEDULE_ROWS = ("Const", "Linear-50", "Linear-60", "Linear-70", "Curious-(1.25,50)", "Curious-(1.25,60)",
                  "Curious-(1.25,70)", "Curious-(1.5,50)", "Curious-(1.5,60)", "Curious-(1.5,70)")
 
-SPECS: dict[str, Spec] = {s.name: s for s in (
-    Spec("main", "Table 1", "Natural accuracy (%) and robustness of semi-supervised adversarial training "
-         "methods", ACC5, main_row,
-         blocks=(("FixMatch",), ("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),
-         baselines=(None, "RST", "SRST-AWR"), emphasis="bold", unranked=frozenset({"FixMatch"})),
-    Spec("ablation", "Table 2", "Ablation study of SSAT-MBI (Glo.: global epsilon scheduling, "
-         "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi"),
-         blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold",
-         label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
-         paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,70)"),
-    Spec("schedules", "Table 3", "Global epsilon scheduling strategies (interpolation on)", ACC3,
-         schedules_row, blocks=(SCHEDULE_ROWS,), baselines=("Const",), emphasis="bold+underline",
-         label_headers=("Strategy",)),
-    Spec("awr-ablation", "Table 4", "Ablation study of SSAT-MBI-AWR (Glo.: global epsilon scheduling, "
-         "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi-awr"),
-         blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold+underline",
-         label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
-         paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,60)"),
-    Spec("supervised", "Tables 6-7", "Performance with fully labeled data", ACC3, supervised_row,
-         blocks=(("Customized AT", "MMA"), ("TRADES", "TRADES+FAT", "TRADES+DAAT", "TRADES+Ours")),
-         baselines=(None, "TRADES"), emphasis="bold", unranked=frozenset({"Customized AT", "MMA"})),
-    Spec("beta-sensitivity", "Fig. 4", "SSAT-MBI with varying beta", ACC3, sweep_row("beta"),
-         emphasis="bold", label_headers=("beta",), label_cells=lambda r: (r.split("=", 1)[1],),
-         extra_rows_baseline="beta=0.4"),
-    Spec("rho-sensitivity", "Fig. 5", "SSAT-MBI with varying initial rho (doubled at epoch 75 of 100)",
-         ACC3, sweep_row("rho0"), emphasis="bold", label_headers=("rho0",),
-         label_cells=lambda r: (r.split("=", 1)[1],), group_of=rho_group, extra_rows_baseline="rho0=0.05"),
-    Spec("training-time", "Table 5", "Average training time of the main-table runs (fp32 training)", TIME, method_row,
-         blocks=(("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),
-         baselines=("RST", "SRST-AWR"), emphasis="none", reads_tag="main"),
+SPECS: dict[str, TableSpec] = {s.name: s for s in (
+    TableSpec("main", "Table 1", "Natural accuracy (%) and robustness of semi-supervised adversarial training "
+              "methods", ACC5, main_row,
+              blocks=(("FixMatch",), ("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),
+              baselines=(None, "RST", "SRST-AWR"), emphasis="bold", unranked=frozenset({"FixMatch"})),
+    TableSpec("ablation", "Table 2", "Ablation study of SSAT-MBI (Glo.: global epsilon scheduling, "
+              "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi"),
+              blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold",
+              label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
+              paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,70)"),
+    TableSpec("schedules", "Table 3", "Global epsilon scheduling strategies (interpolation on)", ACC3,
+              schedules_row, blocks=(SCHEDULE_ROWS,), baselines=("Const",), emphasis="bold+underline",
+              label_headers=("Strategy",)),
+    TableSpec("awr-ablation", "Table 4", "Ablation study of SSAT-MBI-AWR (Glo.: global epsilon scheduling, "
+              "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi-awr"),
+              blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold+underline",
+              label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
+              paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,60)"),
+    TableSpec("supervised", "Tables 6-7", "Performance with fully labeled data", ACC3, supervised_row,
+              blocks=(("Customized AT", "MMA"), ("TRADES", "TRADES+FAT", "TRADES+DAAT", "TRADES+Ours")),
+              baselines=(None, "TRADES"), emphasis="bold", unranked=frozenset({"Customized AT", "MMA"})),
+    TableSpec("beta-sensitivity", "Fig. 4", "SSAT-MBI with varying beta", ACC3, sweep_row("beta"),
+              emphasis="bold", label_headers=("beta",), label_cells=lambda r: (r.split("=", 1)[1],),
+              extra_rows_baseline="beta=0.4"),
+    TableSpec("rho-sensitivity", "Fig. 5", "SSAT-MBI with varying initial rho (doubled at epoch 75 of 100)",
+              ACC3, sweep_row("rho0"), emphasis="bold", label_headers=("rho0",),
+              label_cells=lambda r: (r.split("=", 1)[1],), group_of=rho_group, extra_rows_baseline="rho0=0.05"),
+    TableSpec("training-time", "Table 5", "Average training time of the main-table runs (fp32 training)", TIME,
+              method_row, blocks=(("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),
+              baselines=("RST", "SRST-AWR"), emphasis="none", reads_tag="main"),
 )}
 
 
-def get_spec(name: str) -> Spec:
+def get_spec(name: str) -> TableSpec:
     """The spec of a table; an unknown name lists the valid ones."""
     try:
         return SPECS[name]
