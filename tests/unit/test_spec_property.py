@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from ssat.config import METHODS, SCHEDULES, Config, ConfigError, from_dict
@@ -33,6 +33,63 @@ def assert_clear(exc: Exception) -> None:
     assert "Traceback" not in msg and "\n" not in msg, msg
     assert " object at 0x" not in msg, msg
     assert any(f in msg for f in FIELDS), f"no key or field named in: {msg}"
+
+
+# Epoch numbers that --epochs rescales after the row's values are applied.
+RESCALED = {"optim.epochs", "optim.lr_milestones", "optim.swa_start", "attack.t", "method.rho_double_epoch"}
+
+
+def visible(given, stored) -> bool:
+    """An accepted value shows in Config.to_flat(), up to the config's gentle coercion: 'none'/'null' -> None,
+    'on'/'yes'/'true' -> True, '5' or 5 -> 5 or 5.0, a tuple or '[1, 2]' -> a list."""
+    if isinstance(stored, list):
+        if isinstance(given, str):
+            given = [v for v in given.replace("[", "").replace("]", "").split(",") if v.strip()]
+        return (isinstance(given, (list, tuple)) and len(given) == len(stored)
+                and all(visible(g, v) for g, v in zip(given, stored)))
+    if stored is None:
+        return given is None or (isinstance(given, str) and given.lower() in ("none", "null"))
+    if isinstance(stored, bool):
+        return given is stored or (isinstance(given, str)
+                                   and given.lower() in (("true", "yes", "on") if stored else ("false", "no", "off")))
+    if isinstance(stored, (int, float)):
+        return not isinstance(given, bool) and float(given) == stored
+    return given == stored
+
+
+def check_carries(cfg: Config, overrides: dict, skip=()) -> None:
+    """Every override key of an accepted config holds the value given."""
+    flat = cfg.to_flat()
+    for key, value in overrides.items():
+        if key not in skip:
+            assert visible(value, flat[key]), (key, value, flat[key])
+
+
+def check_valid_spec(spec: Spec, raw: dict, epochs) -> None:
+    """A spec that validated carries what it says: seeds, rows, overrides, sampled values."""
+    seeds = raw.get("seeds", [0])
+    assert spec.seeds == seeds and spec.name == raw["name"] and spec.preset == raw["preset"]
+    assert spec.max_concurrent == raw.get("max_concurrent", 1)
+    overrides = raw.get("overrides") or {}
+    skip = RESCALED if epochs or raw.get("epochs") else set()
+    if spec.grid:
+        trials = spec.trials()
+        assert len(trials) == len(spec.grid) * len(seeds)
+        assert [(t.row, t.seed) for t in trials] == [(r["row"], s) for r in spec.grid for s in seeds]
+        for t in trials:
+            row = next(r for r in spec.grid if r["row"] == t.row)
+            assert t.config.seed == t.seed and t.stage == spec.stage
+            check_carries(t.config, row["set"], skip=skip | {"seed"})
+            check_carries(t.config, {k: v for k, v in overrides.items() if k not in row["set"] and not row["preset"]},
+                          skip=skip | {"seed"})
+    else:
+        from sweeps.space import corner_configs
+
+        assert spec.search["num_samples"] == raw["search"].get("num_samples", 10)
+        for sampled in corner_configs(spec.search["space"]):
+            cfg = spec.config_for(sampled, seeds[0])
+            assert cfg.seed == seeds[0]
+            check_carries(cfg, sampled, skip={"seed"})
 
 
 # ---- strategies ------------------------------------------------------------------------------------------
@@ -190,6 +247,26 @@ def mutated_specs(draw) -> dict:
     return raw
 
 
+@st.composite
+def plausible_specs(draw) -> dict:
+    """The valid specs with plausible seeds, overrides, rows and ranges: most validate, so the valid case is
+    exercised as often as the refusals."""
+    raw = copy.deepcopy(draw(st.sampled_from([VALID_GRID, VALID_SEARCH])))
+    raw["seeds"] = draw(st.lists(st.integers(0, 50), min_size=1, max_size=3, unique=True))
+    raw["overrides"] = dict(draw(st.lists(PLAUSIBLE, max_size=2)))
+    if "grid" in raw:
+        raw["grid"] = [{"row": f"r{i}", "set": dict(draw(st.lists(PLAUSIBLE, max_size=3)))}
+                       for i in range(draw(st.integers(1, 3)))]
+    else:
+        lo = draw(st.floats(0.5, 3))
+        hi = lo + draw(st.floats(0.25, 1))
+        raw["search"]["space"]["method.tau"] = {"float": [lo, hi], "log": draw(st.booleans())}
+        raw["search"]["space"]["method.K"] = {"choice": draw(st.lists(st.integers(1, 5), min_size=1, max_size=3,
+                                                                      unique=True))}
+        raw["search"]["confirm"]["seeds"] = [100 + s for s in raw["seeds"]]
+    return raw
+
+
 def specs() -> st.SearchStrategy[dict]:
     return st.one_of(mutated_specs(), noisy_specs())
 
@@ -202,9 +279,25 @@ def test_random_specs_validate_or_fail_clearly(raw, epochs):
         spec = parse_spec(raw, epochs=epochs)
     except ConfigError as exc:  # SpecError subclasses ConfigError
         assert_clear(exc)
+        event("refused")
     else:
+        event("valid grid" if spec.grid else "valid search")
         assert isinstance(spec, Spec)
-        assert spec.grid or spec.search
+        assert bool(spec.grid) != bool(spec.search)
+        check_valid_spec(spec, raw, epochs)
+
+
+@settings(SETTINGS, max_examples=40)  # valid specs build every trial: slower per example
+@given(raw=plausible_specs(), epochs=st.one_of(st.none(), st.integers(4, 12)))
+def test_plausible_specs_carry_their_values_or_fail_clearly(raw, epochs):
+    try:
+        spec = parse_spec(raw, epochs=epochs)
+    except ConfigError as exc:
+        assert_clear(exc)
+        event("refused")
+    else:
+        event("valid grid" if spec.grid else "valid search")
+        check_valid_spec(spec, raw, epochs)
 
 
 @SETTINGS
@@ -222,6 +315,7 @@ def test_random_overrides_validate_or_fail_clearly(name, nested, overrides):
         assert_clear(exc)
     else:
         assert from_dict(cfg.to_dict()).to_dict() == cfg.to_dict()  # a valid config round-trips
+        check_carries(cfg, overrides)
 
 
 @SETTINGS
@@ -230,13 +324,16 @@ def test_one_bad_override_names_its_key(key, value):
     """A single override on the default config: the message names that key (or, for a cross-field rule, the
     field it collides with, which itself names the overridden key's section)."""
     try:
-        from_dict({}, {key: value})
+        cfg = from_dict({}, {key: value})
     except ConfigError as exc:
         assert_clear(exc)
         msg = str(exc)
         assert repr(key) in msg or key in msg or key.split(".")[0] in msg, msg
         if key not in DOTTED:
             assert "unknown key" in msg, msg
+    else:
+        assert key in DOTTED
+        check_carries(cfg, {key: value})
 
 
 def test_spec_strategy_yields_valid_specs_too():
