@@ -133,30 +133,47 @@ def test_confidence_mask_on_hand_made_logits():
     assert pseudo.tolist()[:2] == [0, 0] and pseudo[3] == 1 and pseudo[5] == 2
 
 
-def _ce(row, target):
-    m = max(row)
-    return -(row[target] - m - math.log(sum(math.exp(v - m) for v in row)))
+def test_confidence_mask_edge_is_inclusive():
+    """max p >= threshold passes: softmax of equal logits is exactly 1/C in float32."""
+    two, four = torch.zeros(1, 2), torch.zeros(1, 4)
+    assert T.confidence_mask(two, 0.5)[0].tolist() == [True]
+    assert T.confidence_mask(two, 0.5001)[0].tolist() == [False]
+    assert T.confidence_mask(four, 0.25)[0].tolist() == [True]
+    assert T.confidence_mask(four, 0.2501)[0].tolist() == [False]
 
 
-def test_fixmatch_loss_against_a_hand_computation():
-    ll = [[2.0, -1.0, 0.5], [0.1, 0.2, 0.3]]
-    yl = [0, 2]
-    luw = [[6.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 7.0], [1.0, 1.0, 1.0]]   # rows 0 and 2 confident
-    lus = [[0.5, 1.0, -1.0], [2.0, 0.0, 0.0], [0.0, 3.0, 1.0], [0.0, 0.0, 0.0]]
-    lam = 0.7
-    sup = sum(_ce(r, t) for r, t in zip(ll, yl)) / 2
-    terms = []
-    for w, s in zip(luw, lus):
-        p = [math.exp(v) / sum(math.exp(u) for u in w) for v in w]
-        keep = max(p) >= 0.95
-        terms.append(_ce(s, p.index(max(p))) if keep else 0.0)
-    unsup = sum(terms) / 4  # averaged over ALL unlabeled images, masked ones count 0
-    out = T.fixmatch_loss(torch.tensor(ll), torch.tensor(yl), torch.tensor(luw, requires_grad=True),
-                          torch.tensor(lus), threshold=0.95, lambda_u=lam)
-    assert out["sup"].item() == pytest.approx(sup, rel=1e-5)
-    assert out["unsup"].item() == pytest.approx(unsup, rel=1e-5)
-    assert out["loss"].item() == pytest.approx(sup + lam * unsup, rel=1e-5)
-    assert out["mask_rate"].item() == pytest.approx(0.5)
+def test_fixmatch_loss_closed_form():
+    """Logits chosen so every term is a logarithm of a small integer ratio.
+
+    labeled: two rows of zeros over 3 classes -> CE = ln 3 each, sup = ln 3.
+    weak views: [ln 98, 0, 0] -> p = 98/100 (kept, class 0); zeros -> 1/3 (dropped);
+                [0, ln 196, 0] -> 196/198 (kept, class 1); [0, 0, ln 18] -> 18/20 = 0.9 (dropped at 0.95).
+    strong views, CE against the weak view's class: [0, ln 3, 0] vs 0 -> ln 5; zeros vs 1 -> ln 3;
+                the dropped rows count 0 whatever their logits. unsup = (ln 5 + ln 3) / 4 (all 4 rows).
+    """
+    ln = math.log
+    ll, yl = torch.zeros(2, 3), torch.tensor([0, 2])
+    luw = torch.tensor([[ln(98), 0, 0], [0, 0, 0], [0, ln(196), 0], [0, 0, ln(18)]])
+    lus = torch.tensor([[0, ln(3), 0], [9.0, -4.0, 2.0], [0, 0, 0], [-3.0, 5.0, 1.0]])
+    out = T.fixmatch_loss(ll, yl, luw, lus, threshold=0.95, lambda_u=0.7)
+    assert out["sup"].item() == pytest.approx(ln(3), rel=1e-6)
+    assert out["unsup"].item() == pytest.approx(ln(15) / 4, rel=1e-6)
+    assert out["loss"].item() == pytest.approx(ln(3) + 0.7 * ln(15) / 4, rel=1e-6)
+    assert out["mask_rate"].item() == 0.5
+    # Above 0.98 row 0 is dropped too; at 0.85 row 3 is kept (class 2: CE = -(1 - ln(e^-3 + e^5 + e^1))).
+    assert T.fixmatch_loss(ll, yl, luw, lus, threshold=0.985, lambda_u=1.0)["unsup"].item() == \
+        pytest.approx(ln(3) / 4, rel=1e-6)
+    low = T.fixmatch_loss(ll, yl, luw, lus, threshold=0.85, lambda_u=1.0)
+    ce_row3 = -(1.0 - ln(math.exp(-3.0) + math.exp(5.0) + math.exp(1.0)))
+    assert low["unsup"].item() == pytest.approx((ln(15) + ce_row3) / 4, rel=1e-5)
+    assert low["mask_rate"].item() == 0.75
+
+
+def test_fixmatch_loss_without_unlabeled_images_is_the_supervised_loss():
+    ll, yl = torch.zeros(2, 3), torch.tensor([0, 2])
+    out = T.fixmatch_loss(ll, yl, torch.zeros(0, 3), torch.zeros(0, 3), threshold=0.95, lambda_u=1.0)
+    assert out["loss"].item() == pytest.approx(math.log(3)) and out["unsup"].item() == 0.0
+    assert out["mask_rate"].item() == 0.0
 
 
 def test_no_gradient_flows_through_the_weak_view():
@@ -171,6 +188,9 @@ def test_cosine_schedule():
     assert T.cosine_lr(0.1, 0, 100) == pytest.approx(0.1)
     assert T.cosine_lr(0.1, 50, 100) == pytest.approx(0.05)
     assert T.cosine_lr(0.1, 100, 100) == pytest.approx(0.0, abs=1e-12)
+    assert T.cosine_lr(0.1, 25, 100) == pytest.approx(0.05 * (1 + math.sqrt(2) / 2))  # cos(pi/4)
+    assert T.cosine_lr(0.1, 75, 100) == pytest.approx(0.05 * (1 - math.sqrt(2) / 2))
+    assert T.cosine_lr(0.2, 0, 0) == pytest.approx(0.2)  # a zero-step run does not divide by zero
 
 
 # ---- identity and location ------------------------------------------------------------------
@@ -225,6 +245,9 @@ def test_train_teacher_outputs_and_provenance(tmp_path):
         assert k in p, k
     assert p["dataset"] == "mnist5k" and p["split_hash"] == split.hash and p["steps"] == 3
     assert p["teacher"]["model"] == "cnn-small" and p["selected_step"] in (2, 3)
+    # Cosine over 3 steps, step s trained at lr(s - 1): 0.5 (1 + cos(pi/3)) = 3/4, 0.5 (1 + cos(2 pi/3)) = 1/4.
+    assert [h["step"] for h in p["history"]] == [2, 3]
+    assert [h["lr"] for h in p["history"]] == pytest.approx([0.75 * cfg.teacher.lr, 0.25 * cfg.teacher.lr])
     y_u = arrays.y_train[torch.from_numpy(split.unlabeled)]
     assert p["pseudo_label_acc"] == pytest.approx(100 * (out.logits.argmax(1) == y_u).float().mean().item())
     assert set(p["test"]) == {"clean", "pgd2"} and p["test"]["clean"]["protocol"]["n"] == 40
