@@ -10,7 +10,8 @@ Command lines:
                               [--format md|latex|csv] [--out FILE] [--compare-paper] [--allow-subset]
         T: main, ablation, schedules, awr-ablation, supervised, beta-sensitivity, rho-sensitivity,
            training-time
-    python -m analysis.plots  --experiment NAME --figure beta|rho|pareto|curves|alpha [--out FILE.png]
+    python -m analysis.plots  --experiment NAME --figure F [--out FILE.png]
+        F: a key of analysis.plots.FIGURES (beta, rho, pareto, curves, alpha, ablation; --help says what each shows)
 Each also takes --ray-results DIR (instead of or beside --experiment) and --tracking-uri URI.
 
 From Python: `analysis.collect.load_runs` / `load_history`, `analysis.tables.render_table(df_runs, table,

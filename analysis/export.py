@@ -64,12 +64,10 @@ def export(df_runs: pd.DataFrame, df_hist: pd.DataFrame, name: str, out_dir=".",
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.export", description=__doc__.split("\n\n")[0])
     collect.add_source_args(p)
-    p.add_argument("--format", default="csv", help="csv or parquet (default csv)")
+    p.add_argument("--format", default="csv", choices=FORMATS, help="default csv")
     p.add_argument("--out", default=".", help="folder for the two files (default: current folder)")
     args = p.parse_args(argv)
     try:
-        if args.format not in FORMATS:
-            raise ValueError(f"unknown format {args.format!r}; valid formats: {', '.join(FORMATS)}")
         runs = collect.load_runs(args.experiment, args.ray_results, args.tracking_uri)
         hist = collect.load_history(runs, args.ray_results, args.tracking_uri)
     except (ValueError, LookupError) as e:

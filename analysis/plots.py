@@ -1,15 +1,10 @@
 """Figures from tracked runs, as PNG files of a fixed size.
 
-    python -m analysis.plots --experiment NAME --figure beta|rho|pareto|curves|alpha [--out FILE.png]
+    python -m analysis.plots --experiment NAME --figure F [--out FILE.png]
         [--allow-subset] [--any-tag] [--stage S ...] [--ray-results DIR ...] [--tracking-uri URI]
 
-beta    Fig. 4: clean, PGD-20 and AutoAttack accuracy against beta, error bars = std over seeds
-        (the cells of the ``beta-sensitivity`` table, so the same runs and protocol as the table).
-rho     Fig. 5: the same against the initial rho, one series per setting (beta 0.4 / 1 x Const / Curious).
-pareto  the clean-versus-robust front of a search: every trial (validation metrics, never the test set,
-        since a search selects on them) and the non-dominated ones joined.
-curves  learning curves, mean +- std over seeds per configuration, with eps_max, rho and lr under them.
-alpha   the distribution of alpha_hat per epoch: the shares at 2^-K and at 1 and between, and its mean.
+F is a key of `FIGURES`, the one registry of the figures (name, drawing function, size, what it needs);
+``--help`` lists them with what each shows.
 
 Figures are drawn with the object API of matplotlib (no pyplot, no global backend), so importing this
 module changes nothing for its caller. `build_figure` returns the figure for inspection.
@@ -18,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -28,21 +26,19 @@ from . import collect
 from .specs import value
 from .tables import build_table
 
-FIGURES = ("beta", "rho", "pareto", "curves", "alpha", "ablation")
-SIZES = {"beta": (12, 4), "rho": (12, 4), "pareto": (6, 5), "curves": (9, 9), "alpha": (12, 4), "ablation": (12, 4)}
 DPI = 100
 MAX_CONFIGS = 8
 
 
 def _figure(name: str) -> Figure:
-    return Figure(figsize=SIZES[name], dpi=DPI, layout="constrained")
+    return Figure(figsize=FIGURES[name].size, dpi=DPI, layout="constrained")
 
 
 # ---- Figs. 4 and 5 ---------------------------------------------------------------------------
-def _sweep(df_runs: pd.DataFrame, table: str, title: str, xlabel: str, **options) -> Figure:
+def _sweep(df_runs: pd.DataFrame, figure: str, table: str, title: str, xlabel: str, **options) -> Figure:
     """One panel per metric; one error-bar series per column group of the sensitivity table."""
     result = build_table(df_runs, table, **options)
-    fig = _figure("beta" if table.startswith("beta") else "rho")
+    fig = _figure(figure)
     axes = fig.subplots(1, len(result.columns), squeeze=False)[0]
     cells = result.cells[result.cells["n"] > 0].copy()
     cells["x"] = cells["row"].str.split("=", n=1).str[1].astype(float)
@@ -60,12 +56,13 @@ def _sweep(df_runs: pd.DataFrame, table: str, title: str, xlabel: str, **options
 
 def beta_figure(df_runs: pd.DataFrame, **options) -> Figure:
     """Fig. 4: metrics against beta."""
-    return _sweep(df_runs, "beta-sensitivity", "SSAT-MBI with varying beta (Fig. 4)", "beta", **options)
+    return _sweep(df_runs, "beta", "beta-sensitivity", "SSAT-MBI with varying beta (Fig. 4)", "beta", **options)
 
 
 def rho_figure(df_runs: pd.DataFrame, **options) -> Figure:
     """Fig. 5: metrics against the initial rho, four settings."""
-    return _sweep(df_runs, "rho-sensitivity", "SSAT-MBI with varying rho (Fig. 5)", "initial rho", **options)
+    return _sweep(df_runs, "rho", "rho-sensitivity", "SSAT-MBI with varying rho (Fig. 5)", "initial rho",
+                  **options)
 
 
 # ---- Pareto front ----------------------------------------------------------------------------
@@ -189,7 +186,7 @@ def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_)
     return fig
 
 
-# ---- entry points ----------------------------------------------------------------------------
+# ---- Tables 2 and 4 --------------------------------------------------------------------------
 def ablation_figure(df_runs: pd.DataFrame, table: str = "ablation", **options) -> Figure:
     """Table 2 (or 4) as bars: one panel per metric, one bar per row, error bars = std over seeds (ddof 1)."""
     result = build_table(df_runs, table, **options)
@@ -211,25 +208,55 @@ def ablation_figure(df_runs: pd.DataFrame, table: str = "ablation", **options) -
     return fig
 
 
+# ---- the registry ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FigureKind:
+    """One figure: how it is drawn, its size in inches, and what it needs besides the runs."""
+
+    draw: Callable[..., Figure]     # (df_runs, [df_hist,] **options) -> Figure
+    size: tuple[float, float]
+    about: str                      # one line for --help
+    history: bool = False           # drawn from the per-epoch history: draw(df_runs, df_hist, ...)
+    table_options: bool = False     # built from a table's cells: takes allow_subset / any_tag / stages
+
+
+FIGURES: dict[str, FigureKind] = {
+    "beta": FigureKind(beta_figure, (12, 4), "Fig. 4: clean, PGD-20 and AutoAttack accuracy against beta, error "
+                       "bars = std over seeds (the cells of the beta-sensitivity table)", table_options=True),
+    "rho": FigureKind(rho_figure, (12, 4), "Fig. 5: the same against the initial rho, one series per setting "
+                      "(beta 0.4 / 1 x Const / Curious)", table_options=True),
+    "pareto": FigureKind(pareto_figure, (6, 5), "the clean-versus-robust front of a search: every trial "
+                         "(validation metrics, never the test set) and the non-dominated ones joined"),
+    "curves": FigureKind(curves_figure, (9, 9), "learning curves, mean +- std over seeds per configuration, "
+                         "with eps_max, rho and lr under them", history=True),
+    "alpha": FigureKind(alpha_figure, (12, 4), "alpha_hat per epoch: the shares at 2^-K, between and at 1, "
+                        "and its mean", history=True),
+    "ablation": FigureKind(ablation_figure, (12, 4), "Table 2 as bars, one panel per metric, error bars = std "
+                           "over seeds (from Python, table='awr-ablation' draws Table 4)"),
+}
+
+
+def figure_kind(figure: str) -> FigureKind:
+    """The registry entry of a figure; an unknown name lists the valid ones."""
+    try:
+        return FIGURES[figure]
+    except KeyError:
+        raise ValueError(f"unknown figure {figure!r}; valid figures: {', '.join(FIGURES)}") from None
+
+
+# ---- entry points ----------------------------------------------------------------------------
 def build_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame | None, figure: str, **options) -> Figure:
-    """The matplotlib Figure of `figure` (one of FIGURES); `options` go to the table or the selection."""
-    if figure not in FIGURES:
-        raise ValueError(f"unknown figure {figure!r}; valid figures: {', '.join(FIGURES)}")
-    if figure == "beta":
-        return beta_figure(df_runs, **options)
-    if figure == "rho":
-        return rho_figure(df_runs, **options)
-    if figure == "pareto":
-        return pareto_figure(df_runs, **options)
-    if figure == "ablation":
-        return ablation_figure(df_runs, **options)
+    """The matplotlib Figure of `figure` (a key of FIGURES); `options` go to the table or the selection."""
+    kind = figure_kind(figure)
+    if not kind.history:
+        return kind.draw(df_runs, **options)
     if df_hist is None:
         raise ValueError(f"figure {figure!r} needs the per-epoch history (df_hist)")
-    return (curves_figure if figure == "curves" else alpha_figure)(df_runs, df_hist, **options)
+    return kind.draw(df_runs, df_hist, **options)
 
 
 def plot_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame | None, figure: str, out_png, **options) -> Path:
-    """Draw `figure` to the PNG `out_png` (size SIZES[figure] inches at DPI) and return its path."""
+    """Draw `figure` to the PNG `out_png` (FIGURES[figure].size inches at DPI) and return its path."""
     fig = build_figure(df_runs, df_hist, figure, **options)
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -238,22 +265,25 @@ def plot_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame | None, figure: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.plots", description=__doc__.split("\n\n")[0])
+    from_table = ", ".join(name for name, kind in FIGURES.items() if kind.table_options)
+    p = argparse.ArgumentParser(prog="python -m analysis.plots", description=__doc__.split("\n\n")[0],
+                                epilog="figures:\n" + "\n".join(
+                                    textwrap.fill(kind.about, 100, initial_indent=f"  {name:9} ",
+                                                  subsequent_indent=" " * 12) for name, kind in FIGURES.items()),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     collect.add_source_args(p)
-    p.add_argument("--figure", required=True, help=f"one of: {', '.join(FIGURES)}")
+    p.add_argument("--figure", required=True, choices=FIGURES)
     p.add_argument("--out", help="PNG path (default: <figure>.png)")
-    p.add_argument("--allow-subset", action="store_true", help="beta/rho: admit test-subset results")
-    p.add_argument("--any-tag", action="store_true", help="beta/rho: every run whose params fit the table")
+    p.add_argument("--allow-subset", action="store_true", help=f"{from_table}: admit test-subset results")
+    p.add_argument("--any-tag", action="store_true", help=f"{from_table}: every run whose params fit the table")
     p.add_argument("--stage", action="append", default=None, help="only these stages (repeatable)")
     args = p.parse_args(argv)
+    kind = FIGURES[args.figure]
     try:
-        if args.figure not in FIGURES:
-            raise ValueError(f"unknown figure {args.figure!r}; valid figures: {', '.join(FIGURES)}")
         runs = collect.load_runs(args.experiment, args.ray_results, args.tracking_uri)
-        hist = collect.load_history(runs, args.ray_results, args.tracking_uri) \
-            if args.figure in ("curves", "alpha") else None
+        hist = collect.load_history(runs, args.ray_results, args.tracking_uri) if kind.history else None
         opts = ({"allow_subset": args.allow_subset, "any_tag": args.any_tag, "stages": args.stage}
-                if args.figure in ("beta", "rho") else {"stages": args.stage})
+                if kind.table_options else {"stages": args.stage})
         out = plot_figure(runs, hist, args.figure, args.out or f"{args.figure}.png", **opts)
     except (ValueError, LookupError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -17,6 +17,7 @@ import re
 from dataclasses import asdict, dataclass
 
 TEST_SET_SIZE = {"cifar10": 10000, "cifar100": 10000, "svhn": 26032}
+CHECKPOINTS = ("best", "last")  # a trial's test/<ckpt>/* (the teacher run's is 'teacher')
 _PGD = re.compile(r"^pgd(\d+)$")
 CLEAN_NAMES = ("clean", "none", None)  # a clean-accuracy record may name no attack
 

@@ -25,6 +25,7 @@ import pandas as pd
 
 from . import collect
 from .cells import Options, TableError, TableResult, build
+from .protocol import CHECKPOINTS
 from .render import FORMATS, render
 from .specs import SPECS, get_spec
 
@@ -105,13 +106,13 @@ def write_table(df_runs: pd.DataFrame, table: str, out_dir, formats=("md", "late
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m analysis.tables", description=__doc__.split("\n\n")[0])
     collect.add_source_args(p)
-    p.add_argument("--table", required=True, help=f"one of: {', '.join(TABLES)}")
-    p.add_argument("--format", default="md", help="md, latex or csv (default md)")
+    p.add_argument("--table", required=True, choices=TABLES)
+    p.add_argument("--format", default="md", choices=FORMATS, help="default md")
     p.add_argument("--out", help="write the table here and its provenance beside it (default: stdout)")
     p.add_argument("--compare-paper", action="store_true", help="the paper's value beside each cell")
     p.add_argument("--allow-subset", action="store_true",
                    help="admit results on a test subset (e.g. the demo's first200 AutoAttack), marked §")
-    p.add_argument("--checkpoint", default="best", choices=("best", "last"))
+    p.add_argument("--checkpoint", default="best", choices=CHECKPOINTS)
     p.add_argument("--any-tag", action="store_true",
                    help="read every run whose params fit the table, not only runs tagged ssat.table=T")
     p.add_argument("--stage", action="append", default=None,
@@ -123,14 +124,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        get_spec(args.table)
-        if args.format not in FORMATS:
-            raise ValueError(f"unknown format {args.format!r}; valid formats: {', '.join(FORMATS)}")
         runs = collect.load_runs(args.experiment, args.ray_results, args.tracking_uri)
         result = build_table(runs, args.table, checkpoint=args.checkpoint, allow_subset=args.allow_subset,
                              stages=args.stage, any_tag=args.any_tag, alpha=args.alpha,
                              compare_paper=args.compare_paper)
-    except (ValueError, LookupError) as e:  # TableError, SourceError, unknown names
+    except (ValueError, LookupError) as e:  # TableError, SourceError
         print(f"error: {e}", file=sys.stderr)
         return 2
     text = render(result, args.format)

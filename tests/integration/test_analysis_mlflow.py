@@ -20,7 +20,7 @@ from matplotlib.image import imread
 from scipy import stats
 
 from analysis.collect import load_history, load_ray_runs, load_runs
-from analysis.plots import DPI, SIZES, build_figure, plot_figure
+from analysis.plots import DPI, FIGURES, build_figure, plot_figure
 from analysis.tables import build_table, provenance, render_table, write_table
 
 pytestmark = pytest.mark.integration
@@ -344,7 +344,7 @@ def test_tables_cli(logged, tmp_path):
     bad = _cli("analysis.tables", "--experiment", "no-such-sweep", "--table", "ablation", uri=logged)
     assert bad.returncode == 2 and "'no-such-sweep' does not exist" in bad.stderr and "abl-demo" in bad.stderr
     bad = _cli("analysis.tables", "--experiment", "abl-demo", "--table", "table2", uri=logged)
-    assert bad.returncode == 2 and "valid tables: main, ablation" in bad.stderr
+    assert bad.returncode == 2 and "invalid choice: 'table2' (choose from 'main', 'ablation'" in bad.stderr
 
 
 def test_export_cli_parquet(logged, tmp_path):
@@ -367,4 +367,4 @@ def test_curves_plot_from_mlflow_history(logged, tmp_path):
     assert len(fig.axes[0].get_lines()) == 2 * 6  # 6 configurations (the bf16 run shares one), clean + pgd10
     path = plot_figure(runs, hist, "curves", tmp_path / "curves.png")
     h, w = imread(path).shape[:2]
-    assert (w, h) == (SIZES["curves"][0] * DPI, SIZES["curves"][1] * DPI)
+    assert (w, h) == (FIGURES["curves"].size[0] * DPI, FIGURES["curves"].size[1] * DPI)

@@ -16,6 +16,7 @@ from analysis.collect import runs_frame
 from analysis.paper import paper_results
 from analysis.specs import get_spec
 from analysis.tables import build_table, provenance, render_table
+from analysis.tables import main as tables_main
 
 EPS = 8 / 255
 
@@ -295,6 +296,18 @@ def test_a_cell_mixing_configurations_says_so():
 def test_unknown_table_lists_the_valid_ones():
     with pytest.raises(ValueError, match="valid tables: main, ablation, schedules, awr-ablation"):
         build_table(frame(run({"clean": 1.0})), "tabel-2")
+
+
+@pytest.mark.parametrize("flag, bad, allowed", [("--table", "tabel-2", "'main', 'ablation', 'schedules'"),
+                                                ("--format", "html", "'md', 'latex', 'csv'"),
+                                                ("--checkpoint", "swa", "'best', 'last'")])
+def test_cli_rejects_an_unknown_choice_before_reading_runs(flag, bad, allowed, capsys):
+    args = {"--table": "ablation", "--format": "md", "--checkpoint": "best", flag: bad}
+    with pytest.raises(SystemExit) as exit_:  # argparse: no store is opened for a wrong name
+        tables_main(["--experiment", "x", *[a for kv in args.items() for a in kv]])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: invalid choice: '{bad}'" in err and allowed in err
 
 
 def test_no_runs_says_what_was_seen():
