@@ -232,7 +232,7 @@ FIGURES: dict[str, FigureKind] = {
     "alpha": FigureKind(alpha_figure, (12, 4), "alpha_hat per epoch: the shares at 2^-K, between and at 1, "
                         "and its mean", history=True),
     "ablation": FigureKind(ablation_figure, (12, 4), "Table 2 as bars, one panel per metric, error bars = std "
-                           "over seeds (from Python, table='awr-ablation' draws Table 4)"),
+                           "over seeds (from Python, table='awr-ablation' draws Table 4)", table_options=True),
 }
 
 
