@@ -4,7 +4,7 @@ PGD follows the authors' evaluation: step eps/10, one uniform random start, CE o
 explains the paper's gap between its PGD-10 and PGD-20 columns). AutoAttack is the standard version
 (APGD-CE, APGD-T, FAB-T, Square) of `pyautoattack`, at exactly the dataset's eps.
 
-CLI: python -m ssat.evaluate CHECKPOINT [--autoattack/--no-autoattack] [--n N] [--data-root DIR]
+CLI: python -m ssat.evaluate CHECKPOINT [--autoattack/--no-autoattack] [--n N] [--data-root DIR] [--unverified]
 """
 from __future__ import annotations
 
@@ -124,16 +124,21 @@ def flatten_results(results: dict[str, dict[str, dict]]) -> tuple[dict[str, floa
     return metrics, tags
 
 
-def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu"):
-    """A model from best.pt / last.pt (weights only, checksum verified), with the config it was trained with."""
+def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", *, unverified: bool = False):
+    """A model from best.pt / last.pt (weights only), with the config it was trained with and the checkpoint.
+
+    The checksum sidecar is required, unless `unverified` (a file of the user's own): then a file without
+    one loads too, and ck["verified"] says which it was.
+    """
     from .config import from_dict
     from .datasets import DATASET_INFO
     from .models import create_model
-    from .storage import load_verified
+    from .storage import load_user_file, load_verified
 
-    ck = load_verified(path, map_location=device)
+    ck, verified = load_user_file(path, device) if unverified else (load_verified(path, device), True)
     if not isinstance(ck, dict) or "model" not in ck or "config" not in ck:
         raise ValueError(f"{path}: not an ssat checkpoint (expected keys 'model' and 'config')")
+    ck["verified"] = verified
     cfg = from_dict(ck["config"])
     classes, channels = DATASET_INFO[cfg.data.dataset][:2]
     model = create_model(cfg.model.name, classes, channels, cfg.model.dropout).to(device)
@@ -146,6 +151,7 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu"):
 
 def main(argv=None) -> int:
     from .datasets import load_arrays, to_float
+    from .storage import CorruptFileError, sidecar
     from .train import resolve_device
 
     ap = argparse.ArgumentParser(prog="python -m ssat.evaluate", description=__doc__.split("\n")[0])
@@ -156,18 +162,29 @@ def main(argv=None) -> int:
     ap.add_argument("--autoattack-n", type=int, default=None)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--unverified", action="store_true",
+                    help="load a checkpoint of your own that has no .sha256 sidecar (weights only; reported)")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
-    model, cfg, ck = load_checkpoint_model(args.checkpoint, device)
+    try:
+        model, cfg, ck = load_checkpoint_model(args.checkpoint, device, unverified=args.unverified)
+    except CorruptFileError as exc:
+        hint = "" if args.unverified or sidecar(args.checkpoint).exists() else (
+            "; a checkpoint of your own without one loads with --unverified")
+        print(f"error: {exc}{hint}", file=sys.stderr)
+        return 2
+    if not ck["verified"]:
+        print(f"warning: {args.checkpoint} has no checksum sidecar: loaded unverified (weights only)", file=sys.stderr)
     arrays = load_arrays(cfg.data.dataset, args.data_root or cfg.data.root)
     n = len(arrays.x_test) if args.n is None else min(args.n, len(arrays.x_test))
     x, y = to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device)
     res = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=ck.get("kind", "best"), pgd_steps=cfg.eval.pgd_steps,
                          autoattack=args.autoattack, autoattack_n=args.autoattack_n,
                          subset="full" if n == len(arrays.x_test) else f"first{n}")
-    print(json.dumps({k: {"acc": round(v["acc"], 2)} for k, v in res.items()}))
+    head = {"checkpoint": str(args.checkpoint), "verified": ck["verified"]}
+    print(json.dumps({**head, **{k: {"acc": round(v["acc"], 2)} for k, v in res.items()}}))
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1))
+        Path(args.out).write_text(json.dumps({**head, **res}, indent=1))
     return 0
 
 

@@ -1,7 +1,9 @@
 """Teacher outputs: the soft pseudo-labels y~ = softmax(f_T(x)) of Algorithm 1, lines 1-3.
 
 Stored as logits (not probabilities) so a temperature can be applied later without underflow, with the
-split they belong to; `check_pseudo_labels` refuses a file of another split or a malformed one.
+split they belong to; `check_pseudo_labels` refuses a file of another split or a malformed one. The teacher
+cache's files must carry their checksum; a user's file (data.pseudo_labels) may not, and is then marked
+unverified (`TeacherOutputs.verified`, also in its provenance) for the run to record.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .storage import load_verified, save_verified
+from .storage import load_user_file, load_verified, save_verified
 
 
 class PseudoLabelError(ValueError):
@@ -25,6 +27,7 @@ class TeacherOutputs:
     model_name: str | None = None     # set when the teacher's weights come with it (needed by AWR)
     model_state: dict | None = None
     provenance: dict = field(default_factory=dict)
+    verified: bool = True             # False: a user's file without a checksum sidecar
 
     def probabilities(self, temperature: float = 1.0) -> torch.Tensor:
         return torch.softmax(self.logits.float() / temperature, dim=1)
@@ -37,9 +40,11 @@ class TeacherOutputs:
                        "model_state": self.model_state, "provenance": prov}, path)
 
 
-def load_teacher_outputs(path: str | Path, *, split_hash: str, n_unlabeled: int, num_classes: int) -> TeacherOutputs:
-    """Read a teacher file (ours, or a user's `{"logits"|"probs": (N, C), "split_hash": str}`) and check it."""
-    obj = load_verified(path)
+def load_teacher_outputs(path: str | Path, *, split_hash: str, n_unlabeled: int, num_classes: int,
+                         user_file: bool = False) -> TeacherOutputs:
+    """Read a teacher file and check it: the cache's (its sidecar required), or with `user_file` a user's
+    `{"logits"|"probs": (N, C), "split_hash": str}` (a sidecar optional; without one it is unverified)."""
+    obj, verified = load_user_file(path) if user_file else (load_verified(path), True)
     if not isinstance(obj, dict) or not ({"logits", "probs"} & set(obj)):
         raise PseudoLabelError(f"data.pseudo_labels: {path} holds no 'logits' or 'probs' tensor")
     if "logits" in obj:
@@ -53,7 +58,11 @@ def load_teacher_outputs(path: str | Path, *, split_hash: str, n_unlabeled: int,
     if got != split_hash:
         raise PseudoLabelError(f"data.pseudo_labels: {path} belongs to split {got!r}, this run's split is "
                                f"{split_hash!r} (another dataset, split_seed or labeled set)")
-    return TeacherOutputs(logits.float(), got, obj.get("model_name"), obj.get("model_state"), obj.get("provenance", {}))
+    prov = obj.get("provenance", {})
+    if not isinstance(prov, dict):
+        raise PseudoLabelError(f"data.pseudo_labels: {path}: 'provenance' must be a dict, got {type(prov).__name__}")
+    prov = {**prov, "verified": verified}
+    return TeacherOutputs(logits.float(), got, obj.get("model_name"), obj.get("model_state"), prov, verified)
 
 
 def check_pseudo_labels(t, path, n_unlabeled: int, num_classes: int, probabilities: bool = False) -> None:

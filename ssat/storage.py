@@ -2,14 +2,17 @@
 
 A file is written to a temporary name, flushed, fsynced and renamed, so a reader never sees half of it;
 its SHA-256 goes into a sidecar `<file>.sha256` written the same way. Reading checks the checksum and
-loads tensors with `weights_only=True` (no pickled code runs), so a torn or tampered file is reported,
-never loaded silently.
+loads tensors with `weights_only=True` (no pickled code runs, a pickled custom object is refused), so a
+torn or tampered file is reported, never loaded silently. Files of a run folder and of the teacher cache
+must have their sidecar (`load_verified`); a file a user names may lack one (`load_user_file`), and is
+then reported as unverified.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import os
+import pickle
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def sidecar(path: str | os.PathLike) -> Path:
+    """The checksum file `<file>.sha256` of `path`."""
+    return Path(f"{path}.sha256")
+
+
 def save_verified(obj: Any, path: str | os.PathLike) -> str:
     """torch.save `obj` atomically with a checksum sidecar; returns the checksum."""
     buf = io.BytesIO()
@@ -55,22 +63,53 @@ def save_verified(obj: Any, path: str | os.PathLike) -> str:
     data = buf.getvalue()
     digest = sha256_bytes(data)
     atomic_write_bytes(path, data)
-    atomic_write_bytes(f"{path}.sha256", (digest + "\n").encode())
+    atomic_write_bytes(sidecar(path), (digest + "\n").encode())
     return digest
 
 
 def load_verified(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> Any:
-    """Load a file written by `save_verified`, checking its checksum first (weights_only=True)."""
+    """Load a file written by `save_verified` (a run folder's, the teacher cache's): its sidecar must exist
+    and match before anything is decoded (weights_only=True)."""
     path = Path(path)
+    data = _read(path)
+    if not sidecar(path).exists():
+        raise CorruptFileError(f"{path}: its checksum file {sidecar(path).name} is missing (files of a run folder "
+                               "and of the teacher cache are always written with one: this one was not written by "
+                               "ssat, or was altered)")
+    _check(path, data)
+    return _decode(path, data, map_location)
+
+
+def load_user_file(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> tuple[Any, bool]:
+    """Load a file a user names (data.pseudo_labels, `python -m ssat.evaluate --unverified`): checked when it
+    has a sidecar, else decoded as it is. Either way weights_only=True. Returns (object, verified)."""
+    path = Path(path)
+    data = _read(path)
+    verified = sidecar(path).exists()
+    if verified:
+        _check(path, data)
+    return _decode(path, data, map_location), verified
+
+
+def _read(path: Path) -> bytes:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    side = Path(f"{path}.sha256")
-    data = path.read_bytes()
-    if side.exists():
-        want = side.read_text().strip()
-        if sha256_bytes(data) != want:
-            raise CorruptFileError(f"{path}: checksum mismatch (file torn or modified); expected {want[:12]}..")
+    return path.read_bytes()
+
+
+def _check(path: Path, data: bytes) -> None:
+    want = sidecar(path).read_text().strip()
+    if sha256_bytes(data) != want:
+        raise CorruptFileError(f"{path}: checksum mismatch with {sidecar(path).name} (file torn or modified); "
+                               f"expected {want[:12]}..")
+
+
+def _decode(path: Path, data: bytes, map_location) -> Any:
     try:
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:  # weights_only refuses any global it does not know: no code runs
+        why = next((ln for ln in str(exc).splitlines() if "GLOBAL" in ln), str(exc).splitlines()[0])
+        raise CorruptFileError(f"{path}: refused: it holds a pickled Python object ({why.strip()}); only tensors, "
+                               "numbers, strings and lists/tuples/dicts of them are loaded") from None
     except Exception as exc:  # torch raises several types for a truncated or foreign file
         raise CorruptFileError(f"{path}: cannot be read as a checkpoint ({type(exc).__name__}: {exc})") from None

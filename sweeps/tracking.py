@@ -7,8 +7,9 @@ The queue is also journaled on disk before anything is sent (`<sweep dir>/tracki
 removed whenever the queue is empty), so a driver killed while the server is away loses nothing: the next
 driver of the sweep (`resume`) or `python -m sweeps sync NAME` adopts the journals of drivers that are gone
 and sends them. What is still unsent when a sweep ends is moved to `<sweep dir>/tracking_spool.jsonl`.
-Writes are idempotent, so replaying an operation that was already sent changes nothing: a run is found again
-by its key, epochs at or below the last logged step are skipped, final metrics are logged once.
+Writes are idempotent, so replaying an operation that was already sent changes nothing, even with new
+timestamps and values (first write wins): a run is found again by its key, epochs at or below the run's last
+logged step are skipped, final metrics and their protocol tags are logged once.
 """
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ RETRY_AFTER_S = 15.0
 for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
                    ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
     os.environ.setdefault(_var, _val)
-STEP_PROBE = "perf/epoch_seconds"  # every epoch logs it; its history gives the last logged step
 _JOURNALS = itertools.count()
 
 
@@ -165,9 +165,11 @@ class Tracker:
         return rid
 
     def _last_step(self, key: str, rid: str) -> int:
+        """The last step anything was logged at in the run (-1: none yet), whatever metrics each epoch carried:
+        the store keeps every metric's latest value by (step, timestamp), so the largest of their steps."""
         if key not in self.last_step:
-            hist = self.client.get_metric_history(rid, STEP_PROBE)
-            self.last_step[key] = max((m.step for m in hist), default=0)
+            latest = self.client.get_run(rid).data.to_proto().metrics
+            self.last_step[key] = max((m.step for m in latest), default=-1)
         return self.last_step[key]
 
     # ---- operations (queued) ---------------------------------------------------------------------
@@ -210,10 +212,10 @@ class Tracker:
             for i in range(0, len(ms), 900):
                 self.client.log_batch(rid, metrics=ms[i: i + 900])
             self.last_step[key] = op["step"]
-        elif kind == "final":
-            have = self.client.get_run(rid).data.metrics
-            ms = [Metric(k, float(v), op["ts"], op["step"]) for k, v in op["metrics"].items() if k not in have]
-            tags = [RunTag(k, flat_str(v)) for k, v in op["tags"].items()]
+        elif kind == "final":  # first write wins, for the numbers and the protocol records that go with them
+            have = self.client.get_run(rid).data
+            ms = [Metric(k, float(v), op["ts"], op["step"]) for k, v in op["metrics"].items() if k not in have.metrics]
+            tags = [RunTag(k, flat_str(v)) for k, v in op["tags"].items() if k not in have.tags]
             self.client.log_batch(rid, metrics=ms, tags=tags)
         elif kind == "tags":
             self.client.log_batch(rid, tags=[RunTag(k, flat_str(v)) for k, v in op["tags"].items()])

@@ -1,18 +1,25 @@
-"""The tracking journal: what a driver queued while the store was away survives the driver's SIGKILL."""
+"""The tracking journal: what a driver queued while the store was away survives the driver's SIGKILL, is
+adopted by the next driver only once its owner is gone, and sent once."""
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
-
-from sweeps.tracking import Tracker
+from sweeps.tracking import Tracker, _owner_gone
 from tests.servers import free_port
+from tests.unit import test_tracking_store as stores
+from tests.unit.test_tracking_store import _history, _replay, _run
+
+store = stores.store  # the fixture: a fresh real SQLite store per test
 
 ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+QUIET = {"log": lambda line: None}
 # A driver whose store is away: it queues a run, two epochs, a tag and the end, then is killed.
 DRIVER = """
 import os, signal, sys
@@ -26,48 +33,106 @@ t.end("k1")
 print(len(t.queue), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
+# A live driver whose store is away: it queues a run and an epoch, then waits (alive) until it is killed.
+LIVE_DRIVER = """
+import sys
+from sweeps.tracking import Tracker
+t = Tracker(sys.argv[1], "exp", spool=sys.argv[2], log=lambda line: None)
+t.ensure_run("k1", {"ssat.kind": "trial"}, name="k1")
+t.log_epoch("k1", {"val/pgd10": 0.25}, 1)
+print(len(t.queue), t.journal.name, flush=True)
+sys.stdin.read()
+"""
 
 
-def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
-    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+def _away() -> str:
+    return f"http://127.0.0.1:{free_port()}"
 
 
-def test_a_killed_drivers_queue_is_adopted_sent_once_and_replays_add_nothing(tmp_path):
+def test_a_killed_drivers_queue_is_adopted_sent_once_and_a_replay_changes_nothing(tmp_path, store):
     spool = tmp_path / "tracking_spool.jsonl"
-    away = f"http://127.0.0.1:{free_port()}"
-    proc = subprocess.run([sys.executable, "-c", DRIVER, away, str(spool)], capture_output=True, text=True,
-                          timeout=180, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run([sys.executable, "-c", DRIVER, _away(), str(spool)], capture_output=True, text=True,
+                          timeout=180, cwd=ROOT, env=ENV)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert proc.stdout.strip() == "5"  # nothing could be sent
     journals = list(tmp_path.glob("tracking_spool.*.jsonl"))
     assert len(journals) == 1 and len(journals[0].read_text().splitlines()) == 5, journals
-    ops = journals[0].read_text()
+    ops = [json.loads(line) for line in journals[0].read_text().splitlines()]
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    t = Tracker(uri, "exp", spool=spool, log=lambda line: None)
-    assert len(t.queue) == 5 and not journals[0].exists()  # adopted: the dead driver's file is gone
+    t = Tracker(store, "exp", spool=spool, **QUIET)
+    assert t.queue == ops and not journals[0].exists()  # adopted in order: the dead driver's file is gone
     assert t.flush(timeout=30)
-    assert not list(tmp_path.glob("tracking_spool*.jsonl"))  # all sent: no journal, no spool left
-    client = MlflowClient(uri)
-    exp_id = client.get_experiment_by_name("exp").experiment_id
-    (run,) = client.search_runs([exp_id])
+    assert [p.name for p in tmp_path.glob("tracking_spool*.jsonl")] == []  # all sent: no journal, no spool left
+    client, run = _run(store)
     assert run.info.status == "FINISHED" and run.data.tags["ssat.status"] == "FINISHED"
     assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25), (2, 0.5)]
 
-    # The same operations once more (a journal whose removal a kill interrupted): nothing changes.
-    spool.write_text(ops)
-    again = Tracker(uri, "exp", spool=spool, log=lambda line: None)
-    assert again.flush(timeout=30)
-    (run,) = client.search_runs([exp_id])
+    # The same operations once more (a journal whose removal a kill interrupted), each with a new timestamp
+    # and a new value: the first values stay, one per step.
+    _replay(store, spool, ops, shift=10.0)
+    client, again = _run(store)
+    assert again.info.run_id == run.info.run_id
     assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25), (2, 0.5)]
+    assert _history(client, run.info.run_id, "perf/epoch_seconds") == [(1, 1.0), (2, 1.0)]
 
 
-def test_a_live_trackers_journal_is_not_taken(tmp_path):
+def test_a_live_drivers_journal_in_another_process_is_not_taken_until_it_is_gone(tmp_path, store):
     spool = tmp_path / "tracking_spool.jsonl"
-    live = Tracker(f"http://127.0.0.1:{free_port()}", "exp", spool=spool, log=lambda line: None)
+    live = subprocess.Popen([sys.executable, "-c", LIVE_DRIVER, _away(), str(spool)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
+    try:
+        queued, name = live.stdout.readline().split()
+        assert queued == "2" and name == f"tracking_spool.{socket.gethostname()}.{live.pid}.0.jsonl"
+        journal = tmp_path / name
+        held = journal.read_text()
+        other = Tracker(store, "exp", spool=spool, **QUIET)
+        assert other.queue == [] and journal.read_text() == held  # its owner is alive: left alone
+        assert other.flush(timeout=1) and journal.read_text() == held
+    finally:
+        live.kill()
+        live.wait(timeout=30)
+    assert live.returncode == -signal.SIGKILL, live.stderr.read()[-2000:]
+    adopter = Tracker(store, "exp", spool=spool, **QUIET)
+    assert [op["op"] for op in adopter.queue] == ["ensure", "epoch"] and not journal.exists()
+    assert adopter.flush(timeout=10)
+    client, run = _run(store)
+    assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25)]
+
+
+def test_a_live_tracker_of_this_process_keeps_its_journal(tmp_path, store):
+    spool = tmp_path / "tracking_spool.jsonl"
+    live = Tracker(_away(), "exp", spool=spool, **QUIET)
     live.ensure_run("k1", {"ssat.kind": "trial"})
     assert len(live.queue) == 1 and live.journal.exists()
-    other = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp", spool=spool, log=lambda line: None)
+    other = Tracker(store, "exp", spool=spool, **QUIET)
     assert other.queue == [] and live.journal.exists()  # same process, still alive: left to its owner
     assert live.flush(timeout=0.1) is False  # still away: moved to the spool for `sync`
-    assert not live.journal.exists() and len(spool.read_text().splitlines()) == 1
+    assert not live.journal.exists() and [json.loads(x)["op"] for x in spool.read_text().splitlines()] == ["ensure"]
+
+
+def test_a_torn_last_line_is_reported_and_skipped(tmp_path, store):
+    spool = tmp_path / "tracking_spool.jsonl"
+    ensure = {"op": "ensure", "key": "k1", "tags": {"ssat.kind": "trial"}, "params": {}, "name": "k1"}
+    epoch = {"op": "epoch", "key": "k1", "metrics": {"val/pgd10": 0.25}, "step": 1, "ts": 1000}
+    spool.write_text(json.dumps(ensure) + "\n\n" + json.dumps(epoch) + "\n" + json.dumps(epoch)[:25])
+    lines = []
+    t = Tracker(store, "exp", spool=spool, log=lines.append)
+    assert t.queue == [ensure, epoch]
+    assert any("torn line of tracking_spool.jsonl" in s and json.dumps(epoch)[:25] in s for s in lines), lines
+    assert t.flush(timeout=10) and not spool.exists()
+    client, run = _run(store)
+    assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25)]
+
+
+def test_whose_journal_counts_as_gone():
+    host, me = socket.gethostname(), os.getpid()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    stem = "tracking_spool"
+    cases = {f"{stem}.other-host.{me}.0.jsonl": True,     # another host's driver: one driver per sweep at a time
+             f"{stem}.{host}.{dead}.0.jsonl": True,        # a process of this host that exited
+             f"{stem}.{host}.{me}.3.jsonl": False,         # this process (another Tracker in it)
+             f"{stem}.{host}.1.0.jsonl": False,            # a live process of this host
+             f"{stem}.{host}.x1.0.jsonl": False,           # not a journal name: never taken
+             f"{stem}.{host}.jsonl": False}
+    assert {name: _owner_gone(Path(name), stem) for name in cases} == cases

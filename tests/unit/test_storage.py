@@ -1,0 +1,183 @@
+"""Verified files (ssat/storage.py): atomic writes, checksum sidecars, weights-only loading, user files."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+
+import pytest
+import torch
+
+from ssat.evaluate import main as evaluate_main
+from ssat.pseudo_labels import PseudoLabelError, load_teacher_outputs
+from ssat.storage import CorruptFileError, atomic_write_bytes, load_user_file, load_verified, save_verified
+from tests.unit.test_bad_inputs import Env, checkpoint
+
+OBJ = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "name": "x", "n": 3}
+
+
+class Payload:
+    """A pickled custom object whose unpickling would create a folder (the side effect of pickled code)."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys() and a["name"] == b["name"] and a["n"] == b["n"]
+    assert torch.equal(a["w"], b["w"])
+
+
+def test_the_file_holds_torch_saves_bytes_and_the_sidecar_their_sha256(tmp_path):
+    path = tmp_path / "deep" / "er" / "best.pt"  # folders made on the way
+    digest = save_verified(OBJ, path)
+    buf = io.BytesIO()
+    torch.save(OBJ, buf)
+    assert path.read_bytes() == buf.getvalue()
+    assert digest == hashlib.sha256(buf.getvalue()).hexdigest()
+    assert (tmp_path / "deep" / "er" / "best.pt.sha256").read_bytes() == f"{digest}\n".encode()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["best.pt", "best.pt.sha256"]  # no temp file left
+    _same(load_verified(path), OBJ)
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path):
+    path = tmp_path / "state.pt"
+    atomic_write_bytes(path, b"old")
+    with pytest.raises(TypeError):
+        atomic_write_bytes(path, "not bytes")  # fails inside the write, after the temp file exists
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["state.pt"]
+
+
+def test_map_location_reaches_torch_load(tmp_path):
+    save_verified(OBJ, tmp_path / "a.pt")
+    assert load_verified(tmp_path / "a.pt", map_location="meta")["w"].device.type == "meta"
+    obj, _ = load_user_file(tmp_path / "a.pt", map_location="meta")
+    assert obj["w"].device.type == "meta"
+
+
+def test_a_missing_sidecar_is_refused_naming_it(tmp_path):
+    path = tmp_path / "best.pt"
+    save_verified(OBJ, path)
+    (tmp_path / "best.pt.sha256").unlink()
+    with pytest.raises(CorruptFileError, match=r"best\.pt\.sha256 is missing"):
+        load_verified(path)
+    with pytest.raises(FileNotFoundError, match=r"nope\.pt: no such file"):
+        load_verified(tmp_path / "nope.pt")
+    with pytest.raises(FileNotFoundError, match=r"nope\.pt: no such file"):
+        load_user_file(tmp_path / "nope.pt")
+
+
+@pytest.mark.parametrize("user", [False, True])
+def test_a_modified_or_torn_file_with_its_sidecar_is_refused(tmp_path, user):
+    load = (lambda p: load_user_file(p)[0]) if user else load_verified
+    path = tmp_path / "best.pt"
+    save_verified(OBJ, path)
+    good = path.read_bytes()
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x01
+    for bad in (bytes(flipped), good[: len(good) // 2]):
+        path.write_bytes(bad)
+        with pytest.raises(CorruptFileError, match=r"best\.pt: checksum mismatch with best\.pt\.sha256"):
+            load(path)
+    path.write_bytes(good)
+    (tmp_path / "best.pt.sha256").write_text("0" * 64 + "\n")  # a tampered sidecar
+    with pytest.raises(CorruptFileError, match="checksum mismatch"):
+        load(path)
+
+
+def test_a_user_file_without_sidecar_loads_unverified_and_with_one_verified(tmp_path):
+    path = tmp_path / "mine.pt"
+    torch.save(OBJ, path)
+    obj, verified = load_user_file(path)
+    _same(obj, OBJ)
+    assert verified is False
+    save_verified(OBJ, path)
+    obj, verified = load_user_file(path)
+    _same(obj, OBJ)
+    assert verified is True
+
+
+def test_a_torn_user_file_without_sidecar_is_refused(tmp_path):
+    path = tmp_path / "mine.pt"
+    torch.save(OBJ, path)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(CorruptFileError, match=r"mine\.pt: cannot be read as a checkpoint"):
+        load_user_file(path)
+
+
+def test_a_pickled_custom_object_is_refused_and_its_code_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    signed, plain = tmp_path / "signed.pt", tmp_path / "plain.pt"
+    save_verified({"w": torch.zeros(1), "x": Payload(str(marker))}, signed)  # checksum fine: only pickle stops it
+    torch.save({"x": Payload(str(marker))}, plain)
+    for load in (load_verified, load_user_file):
+        for path in (signed, plain) if load is load_user_file else (signed,):
+            with pytest.raises(CorruptFileError, match=r"refused: it holds a pickled Python object .*mkdir"):
+                load(path)
+            assert not marker.exists()
+    torch.load(plain, weights_only=False)  # what weights_only=True prevents: the payload runs
+    assert marker.is_dir()
+
+
+# ---- teacher files -------------------------------------------------------------------------------
+def _teacher(**extra) -> dict:
+    return {"logits": torch.randn(5, 10, generator=torch.Generator().manual_seed(0)), "split_hash": "b" * 16, **extra}
+
+
+def _load_teacher(path, user_file=None):
+    kw = {} if user_file is None else {"user_file": user_file}
+    return load_teacher_outputs(path, split_hash="b" * 16, n_unlabeled=5, num_classes=10, **kw)
+
+
+def test_the_teacher_cache_needs_its_sidecar_a_users_file_does_not(tmp_path):
+    path = tmp_path / "teacher.pt"
+    obj = _teacher(provenance={"key": "k"})
+    torch.save(obj, path)
+    for strict in (None, False):  # the default is the cache's rule
+        with pytest.raises(CorruptFileError, match=r"teacher\.pt\.sha256 is missing"):
+            _load_teacher(path, strict)
+    out = _load_teacher(path, user_file=True)
+    assert out.verified is False and out.provenance == {"key": "k", "verified": False}
+    torch.testing.assert_close(out.logits, obj["logits"], rtol=0, atol=0)
+    save_verified(obj, path)
+    for user_file in (None, False, True):
+        out = _load_teacher(path, user_file)
+        assert out.verified is True and out.provenance == {"key": "k", "verified": True}
+    bare = tmp_path / "bare.pt"
+    torch.save(_teacher(), bare)  # no provenance at all
+    assert _load_teacher(bare, user_file=True).provenance == {"verified": False}
+
+
+def test_a_user_teacher_files_provenance_must_be_a_dict(tmp_path):
+    path = tmp_path / "mine.pt"
+    torch.save(_teacher(provenance="from my laptop"), path)
+    with pytest.raises(PseudoLabelError, match=r"data\.pseudo_labels: .*mine\.pt: 'provenance' must be a dict, got str"):
+        _load_teacher(path, user_file=True)
+
+
+# ---- python -m ssat.evaluate PATH [--unverified] -------------------------------------------------
+def test_evaluate_refuses_a_checkpoint_without_sidecar_unless_unverified(tmp_path, capsys):
+    path = checkpoint(Env(tmp_path, None, None, []), **{"eval.pgd_steps": [1]})  # the Trainer's format
+    args = [str(path), "--n", "4", "--no-autoattack", "--device", "cpu"]
+    assert evaluate_main(args) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["verified"] is True
+    (tmp_path / "best.pt.sha256").unlink()
+    assert evaluate_main(args) == 2
+    err = capsys.readouterr().err
+    assert "best.pt.sha256 is missing" in err and "--unverified" in err
+    out_file = tmp_path / "res.json"
+    assert evaluate_main(args + ["--unverified", "--out", str(out_file)]) == 0
+    printed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    stored = json.loads(out_file.read_text())
+    for rec in (printed, stored):
+        assert rec["verified"] is False and rec["checkpoint"] == str(path)
+        assert set(rec) == {"checkpoint", "verified", "clean", "pgd1"}
+    assert stored["clean"]["acc"] == pytest.approx(printed["clean"]["acc"], abs=0.005)
+    path.write_bytes(path.read_bytes()[:200])  # torn and unverified: still refused, no hint to loosen more
+    assert evaluate_main(args + ["--unverified"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be read as a checkpoint" in err and "--unverified" not in err
