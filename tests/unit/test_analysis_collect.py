@@ -1,5 +1,7 @@
 """analysis.collect: typing of string params, and the Ray results folder reader (no MLflow needed)."""
 import json
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -64,6 +66,16 @@ def test_ray_folder_reads_like_the_contract(ray_dir):
     nested = runs.set_index("run_id").loc["sub/trial_1"]
     assert nested["metric.test/best/pgd20"] == 41.0 and json.loads(nested["protocol.best/pgd20"])["eps"] == 0.3
     assert "metric.config/a" not in runs and "metric.training_iteration" not in runs
+
+
+def test_analysis_reads_and_renders_without_torch_or_ray(ray_dir):
+    """analysis/ is pandas/matplotlib/MLflow client only: importing it and reading a Ray results folder
+    must not pull in torch, ray or optuna (nor ssat, whose __init__ imports torch)."""
+    code = ("import sys; import analysis.tables, analysis.plots, analysis.export; "
+            "from analysis.collect import load_ray_runs; load_ray_runs(sys.argv[1]); "
+            "print(sorted(m for m in ('torch', 'ray', 'optuna', 'ssat') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(ray_dir)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_ray_history_is_long_per_epoch(ray_dir):
