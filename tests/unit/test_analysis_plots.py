@@ -1,5 +1,8 @@
-"""analysis.plots on hand-built runs: PNG files of the expected size with the expected number of series."""
+"""analysis.plots on hand-built runs: PNG files of the expected size, and the plotted values (error-bar centres
+and ends, bar heights, bands, stacked shares) read back from the Figure and compared with means and sample
+stds (ddof=1) computed here from the metric values typed into the runs."""
 import json
+import statistics
 
 import numpy as np
 import pytest
@@ -7,7 +10,7 @@ from matplotlib.container import ErrorbarContainer
 from matplotlib.image import imread
 
 from analysis.collect import history_frame, runs_frame
-from analysis.plots import DPI, SIZES, build_figure, pareto_mask, plot_figure
+from analysis.plots import build_figure, pareto_mask, plot_figure
 
 EPS = 8 / 255
 
@@ -46,9 +49,48 @@ def png_size(path):
     return w, h
 
 
+# (width, height) in pixels: 12 x 4, 6 x 5 and 9 x 9 inches at 100 dpi
+PIXELS = {"beta": (1200, 400), "rho": (1200, 400), "pareto": (600, 500), "curves": (900, 900), "alpha": (1200, 400),
+          "ablation": (1200, 400)}
+
+
 def expected_size(figure):
-    w, h = SIZES[figure]
-    return int(w * DPI), int(h * DPI)
+    return PIXELS[figure]
+
+
+def clean(i):
+    """metric.test/best/clean of trial(i) (PGD-20 is 20 lower, AutoAttack 40 lower)."""
+    return 80.0 + i % 5
+
+
+def mean_std(values):
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def errorbars(container: ErrorbarContainer):
+    """(x, centre, lower end, upper end) per point of an error-bar series (centre None: bars draw no line)."""
+    line, _, (bars,) = container.lines
+    segs = bars.get_segments()
+    ys = line.get_ydata() if line is not None else [None] * len(segs)
+    return [(seg[0][0], y, seg[0][1], seg[1][1]) for seg, y in zip(segs, ys)]
+
+
+def check_series(container, xs, runs_at_x, offset=0.0):
+    """The series has, at each x, centre = mean and ends = mean -+ std of those runs' metric values."""
+    got = errorbars(container)
+    assert [g[0] for g in got] == pytest.approx(xs)
+    for (x, y, lo, hi), ids in zip(got, runs_at_x):
+        m, sd = mean_std([clean(i) - offset for i in ids])
+        assert (y, lo, hi) == pytest.approx((m, m - sd, m + sd)), x
+
+
+def band(collection):
+    """x -> (lowest, highest) y of a fill_between / stackplot polygon."""
+    out = {}
+    for x, y in collection.get_paths()[0].vertices:
+        lo, hi = out.get(x, (y, y))
+        out[x] = (min(lo, y), max(hi, y))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +114,11 @@ def rho_runs():
 def test_beta_figure(beta_runs, tmp_path):
     fig = build_figure(beta_runs, None, "beta")
     assert series(fig) == [1, 1, 1]  # three panels (Clean, PGD-20, AutoAttack), one dataset group each
-    bars = fig.axes[0].containers[0]
-    xs = bars.lines[0].get_xdata()
-    assert list(xs) == [0.2, 0.4, 1.0]
+    runs_at = [[0, 1], [2, 3], [4, 5]]  # trial ids of beta 0.2, 0.4, 1.0 (two seeds each)
+    for ax, offset in zip(fig.axes, (0, 20, 40)):  # Clean, PGD-20, AutoAttack
+        check_series(ax.containers[0], [0.2, 0.4, 1.0], runs_at, offset)
+    # beta 1.0: seeds scored 84 and 80 -> mean 82, std 4 / sqrt(2)
+    assert errorbars(fig.axes[0].containers[0])[2][1:] == pytest.approx((82, 82 - 8 ** 0.5, 82 + 8 ** 0.5))
     out = plot_figure(beta_runs, None, "beta", tmp_path / "beta.png")
     assert png_size(out) == expected_size("beta")
 
@@ -84,6 +128,12 @@ def test_rho_figure_has_the_four_settings(rho_runs, tmp_path):
     assert series(fig) == [4, 4, 4]
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert len(labels) == 4 and all("beta=" in x for x in labels)
+    # trial ids per setting, in the fixture's order (beta, schedule, rho 0.025/0.05/0.1, two seeds)
+    first = {"beta=0.4, Const": 0, "beta=0.4, Curious": 6, "beta=1, Const": 12, "beta=1, Curious": 18}
+    for ax, offset in zip(fig.axes, (0, 20, 40)):
+        for container, label in zip(ax.containers, labels):
+            i0 = next(v for k, v in first.items() if label.endswith(k))
+            check_series(container, [0.025, 0.05, 0.1], [[i0, i0 + 1], [i0 + 2, i0 + 3], [i0 + 4, i0 + 5]], offset)
     assert png_size(plot_figure(rho_runs, None, "rho", tmp_path / "rho.png")) == expected_size("rho")
 
 
@@ -127,6 +177,14 @@ def test_curves_figure(curves_data, tmp_path):
     mean_clean = [l for l in top if l.get_label() == "none|int val/clean"][0].get_ydata()
     expected = [np.mean([50 + s + i for i in range(3)]) for s in range(1, 6)]
     assert np.allclose(mean_clean, expected)
+    # The band is mean -+ std over the three seeds: values i, i+1, i+2 apart -> std 1.
+    clean_band = band(fig.axes[0].collections[[ln.get_label() for ln in top].index("none|int val/clean")])
+    assert clean_band == {s: pytest.approx((51 + s - 1, 51 + s + 1)) for s in range(1, 6)}
+    pgd_band = band(fig.axes[0].collections[[ln.get_label() for ln in top].index("none|int val/pgd10")])
+    assert pgd_band == {s: pytest.approx((30 + s, 30 + s)) for s in range(1, 6)}  # equal seeds: no spread
+    eps_lines = fig.axes[1].get_lines()
+    assert all(list(ln.get_ydata()) == pytest.approx([s / 255 for s in range(1, 6)]) for ln in eps_lines)
+    assert [list(ln.get_ydata()) for ln in fig.axes[3].get_lines()] == [pytest.approx([0.1] * 5)] * 2
     assert png_size(plot_figure(runs, hist, "curves", tmp_path / "c.png")) == expected_size("curves")
 
 
@@ -136,7 +194,30 @@ def test_alpha_figure(curves_data, tmp_path):
     assert len(fig.axes) == 2
     for ax in fig.axes:
         assert len(ax.collections) == 3 and len(ax.get_lines()) == 1  # three shares stacked, the mean
+        low, between, one = (band(c) for c in ax.collections)
+        for s in range(1, 6):  # shares: 0.1 at 2^-K, 0.2 + s/50 at 1, the rest between
+            assert low[s] == pytest.approx((0.0, 0.1))
+            assert between[s] == pytest.approx((0.1, 1 - 0.2 - s / 50))
+            assert one[s] == pytest.approx((1 - 0.2 - s / 50, 1.0))
+        assert list(ax.get_lines()[0].get_ydata()) == pytest.approx([0.5 + s / 20 for s in range(1, 6)])
     assert png_size(plot_figure(runs, hist, "alpha", tmp_path / "a.png")) == expected_size("alpha")
+
+
+def test_ablation_bars_are_the_tables_means_and_stds(tmp_path):
+    recs = [trial(2 * k + seed, "ablation", seed, schedule=sched, interpolate=interp, t=60, gamma=1.25)
+            for k, (sched, interp) in enumerate([("const", "False"), ("linear", "True"), ("curious", "True")])
+            for seed in range(2)]
+    fig = build_figure(runs_frame(recs), None, "ablation")
+    assert len(fig.axes) == 3
+    rows = ["none|no-int", "Lin.|no-int", "Cur.|no-int", "none|int", "Lin.|int", "Cur.|int"]
+    runs_of = {"none|no-int": [0, 1], "Lin.|int": [2, 3], "Cur.|int": [4, 5]}  # the other rows have no runs
+    for ax, offset in zip(fig.axes, (0, 20, 40)):
+        assert [t.get_text() for t in ax.get_xticklabels()] == rows
+        (bars,) = [c for c in ax.containers if not isinstance(c, ErrorbarContainer)]
+        for r, patch, (_, _, lo, hi) in zip(rows, bars.patches, errorbars(bars.errorbar)):
+            m, sd = mean_std([clean(i) - offset for i in runs_of[r]]) if r in runs_of else (0.0, 0.0)
+            assert (patch.get_height(), lo, hi) == pytest.approx((m, m - sd, m + sd)), r
+    assert png_size(plot_figure(runs_frame(recs), None, "ablation", tmp_path / "ab.png")) == expected_size("ablation")
 
 
 def test_unknown_figure_lists_the_valid_ones(beta_runs):
