@@ -28,6 +28,17 @@ def _guarded(hook):
     return run
 
 
+def _end_tags(last: dict, meta: dict) -> dict:
+    """Tags of a trial Tune completed: FINISHED, or stopped early by the search's scheduler (ASHA) at an epoch
+    before its config's last (Tune calls on_trial_complete for neither an error nor a Ctrl+C)."""
+    epoch, epochs = int(last.get("epoch") or 0), int(meta.get("epochs") or 0)
+    if "time/epochs" in last or not epochs or epoch >= epochs:
+        return {"ssat.status": "FINISHED"}
+    by = meta.get("scheduler") or "scheduler"
+    return {"ssat.status": f"STOPPED_EARLY: {by} at epoch {epoch} of {epochs}", "ssat.stopped_by": by,
+            "ssat.stopped_epoch": epoch}
+
+
 class TrackingCallback(Callback):
     """Per result: find-or-create the trial's run by key, log the epoch; at the end, checkpoints as artifacts.
 
@@ -71,6 +82,7 @@ class TrackingCallback(Callback):
             cfile.parent.mkdir(parents=True, exist_ok=True)
             cfile.write_text(json.dumps(cfg.to_dict(), indent=1))
             t.log_artifact(key, cfile, None)
+            t.reopen(key)  # a run that an interrupted driver ended as KILLED continues as this trial
             self._seen.add(key)
         self.tracker.set_tags(key, {"ssat.ray_trial_id": trial.trial_id})
         return key, meta
@@ -93,8 +105,9 @@ class TrackingCallback(Callback):
 
     @_guarded
     def on_trial_complete(self, iteration, trials, trial, **info):
-        key, _ = self._start(trial)
-        if "failed_reason" in (trial.last_result or {}):
+        key, meta = self._start(trial)
+        last = trial.last_result or {}
+        if "failed_reason" in last:
             return
         ckpt = trial.checkpoint
         if ckpt is not None:
@@ -107,7 +120,7 @@ class TrackingCallback(Callback):
             for name in ARTIFACTS:
                 if (keep / name).exists():
                     self.tracker.log_artifact(key, keep / name, "checkpoints" if name.endswith(("pt", "sha256")) else None)
-        self.tracker.set_tags(key, {"ssat.status": "FINISHED"})
+        self.tracker.set_tags(key, _end_tags(last, meta))
         self.tracker.end(key, "FINISHED")
 
     @_guarded

@@ -7,33 +7,29 @@ labelled as such, never as a paper cell.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
+from ssat.config import parse_overrides
+
+from .driver import RunArgs, SweepState, resume_sweep, run_sweep
 from .runner import sweep_paths
 
 SPEC = Path(__file__).parent / "specs" / "mnist5k-demo.yaml"
 
 
 def _sweep(args, name: str) -> int:
-    from .cli import cmd_resume, cmd_run
-
     paths = sweep_paths(args.workdir, name)
     if paths.state.exists():
-        state = json.loads(paths.state.read_text())
-        if state.get("status") == "done":
+        if SweepState.load(paths).status == "done":
             print(f"[demo] found the finished sweep {name} in {paths.sweep_dir}; regenerating its table")
             return 0
         print(f"[demo] resuming the unfinished sweep {name}")
-        return cmd_resume(argparse.Namespace(name=name, workdir=args.workdir, rerun_failed=True, address=None,
-                                             tracking_uri=None))
-    run = argparse.Namespace(spec=str(args.spec), name=name, epochs=args.epochs, seeds=args.seeds, set=args.set,
-                             cpu_only=True, max_concurrent=args.max_concurrent, data_root=None, address=None,
-                             tracking_uri=None, max_failures=2, dry_run=False, workdir=args.workdir)
-    return cmd_run(run)
+        return resume_sweep(name, workdir=args.workdir, rerun_failed=True)
+    run = RunArgs(epochs=args.epochs, seeds=args.seeds, sets=parse_overrides(args.set or []), cpu_only=True,
+                  max_concurrent=args.max_concurrent, name=name)
+    return run_sweep(args.spec, run, workdir=args.workdir)
 
 
 def analyse(name: str, uri: str, out: Path) -> dict[str, Path]:
@@ -62,7 +58,7 @@ def run_demo(args) -> int:
         return rc
     t1 = time.perf_counter()
     paths = sweep_paths(args.workdir, name)
-    uri = json.loads(paths.state.read_text())["tracking_uri"]
+    uri = SweepState.load(paths).tracking_uri
     files = analyse(name, uri, Path(args.workdir) / "outputs" / name)
     print(f"[stage] analysis: {time.perf_counter() - t1:.1f} s")
     for kind in ("md", "latex", "csv", "provenance", "plot", "curves"):

@@ -6,10 +6,8 @@ Ray Tune phase(s) -> completeness check. Everything a later `resume` needs is in
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 from ssat.config import Config
 from ssat.schedules import epsilon_schedule, lr_at, rho_schedule
 
-from .spec import Spec, SpecError, Trial, parse_spec
+from .spec import Spec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -227,119 +225,3 @@ def log_teacher_run(tracker, sweep: str, cfg: Config, split, path: Path, tkey: s
     tracker.end(key, "FINISHED")
     tracker.drain()
     return tracker.find_run(key) or ""
-
-
-# ---- phases ------------------------------------------------------------------------------------------
-def _meta(spec: Spec, extra: dict) -> dict:
-    faults = {v: os.environ[v] for v in ("SSAT_FAULT", "SSAT_FAULT_ONCE_DIR") if os.environ.get(v)}
-    return {"sweep": spec.name, "table": spec.table, "column_group": spec.column_group,
-            "expected_seeds": spec.expected_seeds, "cpus": spec.resources["cpu"], "gpu": spec.resources["gpu"],
-            "metrics": spec.metric, **faults, **extra}
-
-
-def _run_config(spec: Spec, paths: Paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None,
-                total: int):
-    from ray import tune
-
-    from .callback import TrackingCallback
-    from .progress import ProgressCallback
-
-    cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_run_id,
-                          artifact_root=str(paths.workdir / "mlartifacts"))
-    return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback(total)],
-                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                          failure_config=tune.FailureConfig(max_failures=max_failures), verbose=0)
-
-
-def _reuse_actors() -> bool:
-    """Reused actors skip a process start and a torch import per trial (benchmarks/sweep_throughput.py
-    measures the difference; SSAT_REUSE_ACTORS=0 turns reuse off)."""
-    return os.environ.get("SSAT_REUSE_ACTORS", "1") != "0"
-
-
-def grid_tuner(spec: Spec, trials: list[Trial], paths: Paths, phase: str, uri: str, meta: dict, max_failures: int,
-               parent_run_id: str | None):
-    from ray import tune
-
-    from .trainable import train_trial
-
-    space = [{"meta": {**meta, "stage": t.stage, "row": t.row, "seed": t.seed}, "cfg": t.config.to_dict()}
-             for t in trials]
-    trainable = tune.with_resources(train_trial, spec.resources)
-    return tune.Tuner(trainable, param_space={"trial": tune.grid_search(space)},
-                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
-                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(trials)))
-
-
-def search_tuner(spec: Spec, paths: Paths, uri: str, meta: dict, max_failures: int, parent_run_id: str | None):
-    from optuna.samplers import TPESampler
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search.optuna import OptunaSearch
-
-    from .space import space_function
-    from .trainable import train_trial
-
-    s = spec.search
-    metric = spec.metric if spec.multi_objective else spec.metric[0]
-    mode = spec.mode if spec.multi_objective else spec.mode[0]
-    searcher = OptunaSearch(space=space_function(s["space"]), metric=metric, mode=mode,
-                            sampler=TPESampler(seed=s["sampler_seed"], multivariate=True, group=True))
-    scheduler = None
-    if s["early_stopping"]:
-        es = s["early_stopping"]
-        scheduler = ASHAScheduler(time_attr="epoch", metric=metric, mode=mode, max_t=spec.base["optim"]["epochs"],
-                                  grace_period=es["grace_period"], reduction_factor=es["reduction_factor"])
-    param_space = {"meta": {**meta, "stage": "search", "row": "", "seed": spec.seeds[0]}, "base": spec.base}
-    return tune.Tuner(tune.with_resources(train_trial, spec.resources), param_space=param_space,
-                      tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=s["num_samples"],
-                                                  max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
-                      run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id,
-                                             s["num_samples"]))
-
-
-def phase_status(results) -> tuple[int, int, list[str]]:
-    """(finished, total, problems) of a phase's trials; an interrupted fit() returns normally, so look."""
-    trials = results._experiment_analysis.trials  # private but stable in the pinned Ray 2.60
-    problems = []
-    finished = 0
-    for t in trials:
-        if t.status == "TERMINATED" and "failed_reason" not in (t.last_result or {}):
-            finished += 1
-        else:
-            why = (t.last_result or {}).get("failed_reason") or t.status
-            problems.append(f"{t.trial_id}: {why}")
-    return finished, len(trials), problems
-
-
-def top_configs(results, spec: Spec) -> list[dict]:
-    """Sampled configurations to confirm: top-k by the metric, or Pareto-front members thinned by crowding."""
-    rows = []
-    for t in results._experiment_analysis.trials:
-        r = t.last_result or {}
-        vals = [r.get(m) for m in spec.metric]
-        if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in vals):
-            continue
-        sampled = {k: v for k, v in t.config.items() if "." in k}
-        signed = [v if mode == "max" else -v for v, mode in zip(vals, spec.mode)]
-        rows.append((signed, sampled))
-    k = spec.search["confirm"]["top_k"]
-    unique, seen = [], set()
-    for signed, sampled in rows:
-        key = json.dumps(sampled, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            unique.append((signed, sampled))
-    if not spec.multi_objective:
-        unique.sort(key=lambda r: -r[0][0])
-        return [s for _, s in unique[:k]]
-    from .pareto import crowding_thin, pareto_front
-
-    front = pareto_front([r[0] for r in unique])
-    keep = crowding_thin([unique[i][0] for i in front], k)
-    return [unique[front[i]][1] for i in keep]
-
-
-def confirm_trials(spec: Spec, configs: list[dict]) -> list[Trial]:
-    seeds = spec.search["confirm"]["seeds"]
-    return [Trial(spec.config_for(c, s), f"confirm-{i + 1}", "confirm", s) for i, c in enumerate(configs) for s in seeds]

@@ -192,6 +192,10 @@ class Tracker:
     def end(self, key: str, status: str = "FINISHED") -> None:
         self._push({"op": "end", "key": key, "status": status})
 
+    def reopen(self, key: str) -> None:
+        """The run goes on (RUNNING again): a trial or sweep that an interrupted driver ended as KILLED resumes."""
+        self._push({"op": "reopen", "key": key})
+
     def _push(self, op: dict) -> None:
         self._journal([op])  # on disk before it is sent: a driver killed now loses nothing
         self.queue.append(op)
@@ -224,6 +228,9 @@ class Tracker:
                 self.client.log_artifact(rid, op["path"], op["artifact_path"])
         elif kind == "end":
             self.client.set_terminated(rid, op["status"])
+        elif kind == "reopen":
+            self.client.update_run(rid, status="RUNNING")
+            self.client.set_tag(rid, "ssat.status", "RUNNING")
 
     def drain(self, force: bool = False) -> bool:
         """Send queued operations in order; stop at the first failure and keep the rest. True when empty.

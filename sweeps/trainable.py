@@ -38,6 +38,7 @@ def resolve_trial(config: dict) -> tuple[Config, dict]:
     meta["config_hash"] = cfg.config_hash()
     meta["trial_key"] = f"{meta['sweep']}-{cfg.config_hash()}-s{cfg.seed}-{meta['stage']}"
     meta["sampled"] = sampled
+    meta["epochs"] = cfg.optim.epochs
     if meta.get("teacher_dir") and cfg.data.teacher_dir is None:
         cfg = cfg.replace(**{"data.teacher_dir": meta["teacher_dir"]})
     return cfg, meta
@@ -99,11 +100,16 @@ def _report(result: dict, work: Path) -> None:
 
 
 def _restore(work: Path) -> None:
+    """The work folder as of the trial's last checkpoint that Tune registered. Without one the trial starts
+    over: files of an epoch whose report Tune never processed (a driver stopped by Ctrl+C or killed right
+    after the trial reported it) must not be resumed from, or that epoch would never reach the tracking store."""
     ckpt = tune.get_checkpoint()
-    if ckpt is None:
-        return
+    log = (work / "trial.log").read_bytes() if (work / "trial.log").exists() else b""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    if ckpt is None:
+        (work / "trial.log").write_bytes(log)
+        return
     with ckpt.as_directory() as d:
         for f in Path(d).iterdir():
             shutil.copy2(f, work / f.name)

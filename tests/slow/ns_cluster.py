@@ -279,7 +279,7 @@ def render_local_yaml() -> Path:
     rendered = W / "local.yaml"
     rendered.write_text(text)
     sys.path.insert(0, str(REPO))
-    from sweeps.cluster_check import validate_cluster_yaml
+    from clusters.cluster_check import validate_cluster_yaml
 
     problems = validate_cluster_yaml(rendered, repo_root=REPO)
     if problems:

@@ -85,8 +85,10 @@ def cli(env: Env, *argv: str) -> None:
     def no_ray(*a, **k):
         raise AssertionError("Ray/the sweep was started for a bad input")
 
-    env.monkeypatch.setattr(cli_mod, "init_ray", no_ray)
-    env.monkeypatch.setattr(cli_mod, "execute", no_ray)
+    import sweeps.driver as driver_mod
+
+    env.monkeypatch.setattr(driver_mod, "init_ray", no_ray)
+    env.monkeypatch.setattr(driver_mod, "execute", no_ray)
     env.capsys.readouterr()
     rc = cli_mod.main(list(argv))
     err = env.capsys.readouterr().err

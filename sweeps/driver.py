@@ -1,0 +1,320 @@
+"""The sweep driver: every stage of a sweep, run or resumed, with a typed state on disk.
+
+    run_sweep(spec_path, RunArgs(...), workdir=".")     # validate, track, teacher, grid | search -> confirm
+    resume_sweep(name, workdir=".")                      # the stage that was cut, then the later ones
+
+Stages in order: teacher (one per split, on the driver) -> grid, or search then confirm (Ray Tune). Each stage
+counts its trials against what the spec asked for, never against what Tune happened to create. Ctrl+C (SIGINT,
+also `python -m sweeps stop`) stops the sweep in the stage it reaches: Tune saves its state, the runs it cut end
+as KILLED in MLflow with the reason, the driver says INCOMPLETE, prints the resume command and returns 1; no
+later stage starts. Everything `resume` needs is in <sweep dir>/sweep.json (`SweepState`).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .runner import (Paths, SweepError, check_gpu, code_version, init_ray, spec_configs, sweep_paths,
+                     teacher_stage)
+from .spec import Spec, parse_spec, read_yaml
+from .tracking import Tracker, check_reachable, resolve_uri
+from .tuners import (PHASES_GRID, PHASES_SEARCH, confirm_trials, grid_tuner, restore_tuner, search_tuner,
+                     stage_outcome, top_configs)
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class RunArgs:
+    """What `run` was given besides the spec; a resume rebuilds the same spec from them."""
+    epochs: int | None = None
+    seeds: list[int] | None = None
+    sets: dict = field(default_factory=dict)
+    cpu_only: bool = False
+    max_concurrent: int | None = None
+    data_root: str | None = None
+    address: str | None = None
+    max_failures: int = 2
+    name: str | None = None
+
+
+@dataclass
+class SweepState:
+    """<sweep dir>/sweep.json: the spec as given, the tracking store, and how far each stage got."""
+    name: str
+    spec_path: str
+    source: dict
+    tracking_uri: str
+    args: RunArgs
+    phases: dict[str, str] = field(default_factory=dict)   # stage -> "running" | "done"
+    status: str = "running"                                 # "running" | "done"
+    driver_pid: int | None = None
+    code: dict = field(default_factory=dict)
+    created: str = ""
+    confirm_configs: list[dict] | None = None
+
+    def spec(self) -> Spec:
+        a = self.args
+        return parse_spec(self.source, self.spec_path, epochs=a.epochs, seeds=a.seeds, sets=a.sets,
+                          cpu_only=a.cpu_only, max_concurrent=a.max_concurrent, data_root=a.data_root)
+
+    def save(self, paths: Paths) -> None:
+        from ssat.storage import atomic_write_bytes
+
+        atomic_write_bytes(paths.state, json.dumps(dataclasses.asdict(self), indent=1).encode())
+
+    @classmethod
+    def load(cls, paths: Paths) -> "SweepState":
+        if not paths.state.exists():
+            raise SweepError(f"no sweep named {paths.name!r} in {paths.workdir / 'runs' / 'sweeps'}")
+        d = json.loads(paths.state.read_text())
+        known = {f.name for f in dataclasses.fields(RunArgs)}
+        d["args"] = RunArgs(**{k: v for k, v in d.get("args", {}).items() if k in known})
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+class Interrupt:
+    """Ctrl+C to the driver, remembered and turned into what the running stage understands.
+
+    Inside a Tune stage it becomes SIGUSR1, Tune's own stop signal (Tune then saves its state and fit() returns
+    normally, so the flag is how the driver knows); elsewhere (the teacher stage) it raises KeyboardInterrupt.
+    A second Ctrl+C inside a Tune stage raises KeyboardInterrupt too, as Tune's own handler would.
+    """
+
+    def __init__(self):
+        self.requested, self.in_tune = False, False
+
+    def _handler(self, signum, frame):
+        again, self.requested = self.requested, True
+        if self.in_tune and not again:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self):
+        old = signal.signal(signal.SIGINT, self._handler)
+        had = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours forwards to Tune instead
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, old)
+            if had is None:
+                os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+            else:
+                os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = had
+
+    @contextlib.contextmanager
+    def tune_stage(self):
+        self.in_tune = True
+        try:
+            yield
+        finally:
+            self.in_tune = False
+
+
+def load_run_spec(spec_path: str | Path, args: RunArgs) -> Spec:
+    """The spec file with the run's options applied (and renamed by `args.name`), fully validated."""
+    raw = read_yaml(spec_path)
+    if args.name:
+        raw["name"] = args.name
+    return parse_spec(raw, str(spec_path), epochs=args.epochs, seeds=args.seeds, sets=args.sets,
+                      cpu_only=args.cpu_only, max_concurrent=args.max_concurrent, data_root=args.data_root)
+
+
+def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = ".", tracking_uri: str | None = None,
+              log: Log = print) -> int:
+    """Start a sweep; 0 when every stage finished, 1 when it is incomplete (it says how to resume)."""
+    spec = load_run_spec(spec_path, args)
+    paths = sweep_paths(workdir, spec.name)
+    from ssat.datasets import check_root
+
+    for cfg in spec_configs(spec):
+        check_root(cfg.data.dataset, cfg.data.root)
+    uri = resolve_uri(tracking_uri, paths.workdir)
+    check_reachable(uri)
+    if paths.state.exists() and SweepState.load(paths).status != "done":
+        raise SweepError(f"sweep {spec.name} already exists in {paths.sweep_dir} and is not finished; use "
+                         f"`python -m sweeps resume {spec.name}` or another --name")
+    paths.sweep_dir.mkdir(parents=True, exist_ok=True)
+    state = SweepState(name=spec.name, spec_path=str(spec_path), source=spec.source, tracking_uri=uri, args=args,
+                       driver_pid=os.getpid(), code=code_version(), created=time.strftime("%Y-%m-%d %H:%M:%S"))
+    state.save(paths)
+    return execute(spec, paths, state, log=log)
+
+
+def resume_sweep(name: str, *, workdir: str | Path = ".", rerun_failed: bool = False, address: str | None = None,
+                 tracking_uri: str | None = None, log: Log = print) -> int:
+    """Continue a sweep where it stopped: the stage that was cut (its interrupted trials from their
+    checkpoints, a search up to its num_samples), then the later stages."""
+    paths = sweep_paths(workdir, name)
+    state = SweepState.load(paths)
+    if address:
+        state.args.address = address
+    if tracking_uri:
+        state.tracking_uri = tracking_uri
+    check_reachable(state.tracking_uri)
+    state.driver_pid, state.status = os.getpid(), "running"
+    state.save(paths)
+    return execute(state.spec(), paths, state, resume=True, rerun_failed=rerun_failed, log=log)
+
+
+def resume_command(paths: Paths) -> str:
+    return f"python -m sweeps resume {paths.name} --workdir {paths.workdir}"
+
+
+def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, rerun_failed: bool = False,
+            log: Log = print) -> int:
+    """Run (or resume) every stage of a sweep; 0 when every trial finished, 1 otherwise."""
+    tracker = Tracker(state.tracking_uri, spec.name, artifact_root=paths.workdir / "mlartifacts",
+                      spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
+    parent = f"{spec.name}-sweep"
+    tracker.ensure_run(parent, {"ssat.kind": "sweep", "ssat.sweep": spec.name, "ssat.table": spec.table},
+                       {"spec": state.spec_path, "preset": spec.preset, **state.code}, name=spec.name)
+    tracker.reopen(parent)
+    spec_file = paths.sweep_dir / "spec.json"
+    spec_file.write_text(json.dumps(state.source, indent=1))
+    tracker.log_artifact(parent, spec_file, None)
+    tracker.drain()
+    stage = "teacher"
+    interrupt = Interrupt()
+    try:
+        with interrupt.installed():
+            t0 = time.perf_counter()
+            teacher_runs = teacher_stage(spec_configs(spec), tracker, spec.name, paths.teacher_dir, log=log)
+            log(f"[stage] teacher: {time.perf_counter() - t0:.1f} s")
+            init_ray(state.args.address)
+            check_gpu(spec)
+            meta = {**state.code, "teacher_dir": str(paths.teacher_dir),
+                    "teacher_run_id": next(iter(teacher_runs.values()), None)}
+            for stage in (PHASES_SEARCH if spec.search else PHASES_GRID):
+                if state.phases.get(stage) == "done":
+                    continue
+                if not _run_stage(stage, spec, paths, state, tracker, meta, interrupt, resume, rerun_failed, log):
+                    return _incomplete(paths, state, tracker, parent, stage, interrupt.requested, log)
+    except KeyboardInterrupt:
+        return _incomplete(paths, state, tracker, parent, stage, True, log)
+    tracker.set_tags(parent, {"ssat.status": "FINISHED"})
+    tracker.end(parent, "FINISHED")
+    tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
+    state.status = "done"
+    state.save(paths)
+    log(f"sweep {spec.name} finished; runs in {state.tracking_uri} (experiment {spec.name})")
+    return 0
+
+
+def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker: Tracker, meta: dict,
+               interrupt: Interrupt, resume: bool, rerun_failed: bool, log: Log) -> bool:
+    """One Tune stage; True when it is complete (the sweep may go on to the next stage)."""
+    state.phases[stage] = "running"
+    state.save(paths)
+    t1 = time.perf_counter()
+    parent_run_id = tracker.find_run(f"{spec.name}-sweep")
+    trials = None if stage == "search" else (
+        spec.trials() if stage == "grid" else confirm_trials(spec, state.confirm_configs))
+    expected = spec.search["num_samples"] if stage == "search" else len(trials)
+    tuner = restore_tuner(paths.tune_dir / stage, spec, rerun_failed) if resume else None
+    if tuner is None and stage == "search":
+        tuner = search_tuner(spec, paths, state.tracking_uri, meta, state.args.max_failures, parent_run_id)
+    elif tuner is None:
+        tuner = grid_tuner(spec, trials, paths, stage, state.tracking_uri, meta, state.args.max_failures,
+                           parent_run_id)
+    with interrupt.tune_stage():
+        results = tuner.fit()
+    out = stage_outcome(results, stage, expected, interrupt.requested)
+    log(f"[stage] {stage}: {out.done}/{expected} trials finished"
+        + (f", {out.stopped_early} stopped early by the scheduler" if out.stopped_early else "")
+        + f" in {time.perf_counter() - t1:.1f} s")
+    if interrupt.requested:
+        for t in out.interrupted:
+            if t.last_epoch >= 1:  # it reported, so its run exists (runs are made at the first report)
+                tracker.set_tags(t.key, {"ssat.status": f"KILLED: interrupted (Ctrl+C) in epoch {t.last_epoch + 1}; "
+                                                        f"resume with: {resume_command(paths)}"})
+                tracker.end(t.key, "KILLED")
+        return False
+    if not out.complete:
+        for p in out.problems:
+            log(f"  not finished: {p}")
+        return False
+    if stage == "search":
+        state.confirm_configs = top_configs(out.finished, spec)
+        if not state.confirm_configs:
+            log("  no search trial ran its full epochs: nothing to confirm")
+            return False
+        log(f"[confirm] re-running the top {len(state.confirm_configs)} configuration(s) with seeds "
+            f"{spec.search['confirm']['seeds']}: {json.dumps(state.confirm_configs)}")
+    state.phases[stage] = "done"
+    state.save(paths)
+    return True
+
+
+def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, interrupted: bool,
+                log: Log) -> int:
+    why = "interrupted (Ctrl+C)" if interrupted else "trials did not finish"
+    if interrupted:
+        tracker.set_tags(parent, {"ssat.status": f"KILLED: interrupted (Ctrl+C) in stage {stage}"})
+        tracker.end(parent, "KILLED")
+    state.save(paths)
+    tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
+    log(f"sweep {state.name} is INCOMPLETE: stage {stage} {why}. Resume with:\n  {resume_command(paths)}"
+        + ("" if interrupted else "  (add --rerun-failed to re-run failed trials)"))
+    return 1
+
+
+def sweep_status(name: str, *, workdir: str | Path = ".") -> str:
+    """The sweep's stages and its trial runs by status, as lines for a person."""
+    from mlflow.tracking import MlflowClient
+
+    paths = sweep_paths(workdir, name)
+    state = SweepState.load(paths)
+    spec = state.spec()
+    expected = len(spec.trials()) if spec.grid else spec.search["num_samples"] + (
+        spec.search["confirm"]["top_k"] * len(spec.search["confirm"]["seeds"]))
+    client = MlflowClient(state.tracking_uri)
+    exp = client.get_experiment_by_name(spec.name)
+    runs = client.search_runs([exp.experiment_id], "tags.`ssat.kind` = 'trial'", max_results=5000) if exp else []
+    by: dict[str, int] = {}
+    for r in runs:
+        s = r.data.tags.get("ssat.status", r.info.status).split(":")[0]
+        by[s] = by.get(s, 0) + 1
+    lines = [f"sweep {spec.name}: {state.status}, phases {state.phases}, driver pid {state.driver_pid}",
+             f"trials expected {expected}; runs by status: {json.dumps(by)}"]
+    for r in sorted(runs, key=lambda r: (r.data.tags.get("ssat.row", ""), r.data.tags.get("ssat.seed", ""))):
+        m, tags = r.data.metrics, r.data.tags
+        lines.append(f"  {tags.get('ssat.stage')} {tags.get('ssat.row', ''):<14} seed {tags.get('ssat.seed')}"
+                     f"  {tags.get('ssat.status', r.info.status)[:40]:<40} val/pgd10 {m.get('val/pgd10', float('nan')):.2f}")
+    return "\n".join(lines)
+
+
+def stop_sweep(name: str, *, workdir: str | Path = ".") -> int:
+    """Ctrl+C for a driver running elsewhere: SIGINT to its pid (it stops in the stage it is in)."""
+    paths = sweep_paths(workdir, name)
+    pid = SweepState.load(paths).driver_pid
+    try:
+        os.kill(pid, signal.SIGINT)
+    except (ProcessLookupError, TypeError):
+        print(f"sweep {name}: no driver running (pid {pid})")
+        return 1
+    print(f"sent SIGINT to the driver of {name} (pid {pid}); resume with `{resume_command(paths)}`")
+    return 0
+
+
+def sync_sweep(name: str, *, workdir: str | Path = ".", timeout: float = 30.0) -> int:
+    """Send the tracking operations that drivers of this sweep left unsent (spool and dead drivers' journals)."""
+    paths = sweep_paths(workdir, name)
+    state = SweepState.load(paths)
+    t = Tracker(state.tracking_uri, state.name, artifact_root=paths.workdir / "mlartifacts",
+                spool=paths.sweep_dir / "tracking_spool.jsonl")
+    n = len(t.queue)
+    ok = t.flush(timeout=timeout)
+    print(f"sync {name}: {n} spooled operation(s); {'all sent' if ok else 'store still unreachable, kept'}")
+    return 0 if ok else 1

@@ -1,0 +1,165 @@
+"""Ctrl+C (SIGINT to the driver) in every stage of a sweep: the sweep stops in that stage (INCOMPLETE, exit 1,
+the resume command printed, no later stage starts), the runs it cut end as KILLED with the reason, and `resume`
+continues the same runs from their checkpoints, then the later stages.
+
+The driver runs in this process (as `python -m sweeps` would) and a watcher thread sends the SIGINT once the
+stage under test is under way (its files appear on disk)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from sweeps.cli import main as sweeps_main
+from tests.integration.sweep_helpers import history, trial_runs, write_spec
+
+pytestmark = pytest.mark.integration
+
+
+def _driver_listens() -> bool:
+    """Only the sweep driver's own handler may receive the watcher's SIGINT (never pytest's)."""
+    return type(getattr(signal.getsignal(signal.SIGINT), "__self__", None)).__name__ == "Interrupt"
+
+
+def _interrupt_when(cond, timeout: float = 400) -> threading.Event:
+    sent = threading.Event()
+
+    def watch():
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if _driver_listens() and cond():
+                time.sleep(0.5)
+                os.kill(os.getpid(), signal.SIGINT)
+                sent.set()
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return sent
+
+
+def _reported(workdir: Path, name: str, stage: str) -> bool:
+    """Some trial of the stage reported an epoch (Tune's result files)."""
+    return any(f.stat().st_size > 0 for f in (workdir / "runs" / "sweeps" / name / "tune" / stage).glob("*/result.json"))
+
+
+def _runs(uri: str, name: str, kind: str):
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(name)
+    return c.search_runs([exp.experiment_id], f"tags.`ssat.kind` = '{kind}'", max_results=100)
+
+
+def _state(workdir: Path, name: str) -> dict:
+    return json.loads((workdir / "runs" / "sweeps" / name / "sweep.json").read_text())
+
+
+def _assert_incomplete(out: str, stage: str, workdir: Path, name: str) -> None:
+    assert f"INCOMPLETE: stage {stage} interrupted (Ctrl+C)" in out, out[-3000:]
+    assert f"python -m sweeps resume {name} --workdir {workdir}" in out
+
+
+def _assert_killed(uri: str, name: str, runs) -> None:
+    assert runs, "nothing was cut: the interrupt came too late to test anything"
+    for r in runs:
+        assert r.info.status == "KILLED", (r.data.tags.get("ssat.key"), r.info.status)
+        assert r.data.tags["ssat.status"].startswith("KILLED: interrupted (Ctrl+C) in epoch "), r.data.tags["ssat.status"]
+        assert f"python -m sweeps resume {name}" in r.data.tags["ssat.status"]
+
+
+def test_ctrl_c_in_the_teacher_and_grid_stages_then_resume(ray_local, tmp_path, capfd, monkeypatch):
+    monkeypatch.setenv("SSAT_TEACHER_DIR", str(tmp_path / "teachers"))  # the teacher must be trained here
+    rows = [{"row": "none|on", "set": {"attack.schedule": "const"}},
+            {"row": "curious|on", "set": {"attack.schedule": "curious", "attack.t": 1}}]
+    spec = write_spec(tmp_path / "s.yaml", "cut-grid", epochs=3, rows=rows, max_concurrent=1,
+                      overrides={"teacher.steps": 150, "teacher.eval_every": 50})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    # 1. Ctrl+C while the teacher trains: nothing later starts, the parent run is KILLED with the reason.
+    sent = _interrupt_when(lambda: any((tmp_path / "teachers").glob("*/teacher.pt.lock")))
+    assert sweeps_main(["run", str(spec), "--workdir", str(tmp_path)]) == 1
+    assert sent.is_set()
+    _assert_incomplete(capfd.readouterr().out, "teacher", tmp_path, "cut-grid")
+    assert not (tmp_path / "runs" / "sweeps" / "cut-grid" / "tune").exists()  # no Tune stage started
+    assert not list((tmp_path / "teachers").glob("*/teacher.pt"))
+    (parent,) = _runs(uri, "cut-grid", "sweep")
+    assert parent.info.status == "KILLED" and "in stage teacher" in parent.data.tags["ssat.status"]
+    assert _runs(uri, "cut-grid", "trial") == []
+
+    # 2. Resume; Ctrl+C once the first trial has reported an epoch: the grid is cut, its runs KILLED.
+    sent = _interrupt_when(lambda: _reported(tmp_path, "cut-grid", "grid"))
+    assert sweeps_main(["resume", "cut-grid", "--workdir", str(tmp_path)]) == 1
+    assert sent.is_set()
+    _assert_incomplete(capfd.readouterr().out, "grid", tmp_path, "cut-grid")
+    cut = trial_runs(uri, "cut-grid")
+    _assert_killed(uri, "cut-grid", cut)
+    assert _state(tmp_path, "cut-grid")["phases"] == {"grid": "running"}
+    (parent,) = _runs(uri, "cut-grid", "sweep")
+    assert parent.info.status == "KILLED" and "in stage grid" in parent.data.tags["ssat.status"]
+    cut_ids = {r.data.tags["ssat.key"]: r.info.run_id for r in cut}
+
+    # 3. Resume to the end: the same runs continue (same run ids), every trial once, one value per epoch.
+    assert sweeps_main(["resume", "cut-grid", "--workdir", str(tmp_path)]) == 0
+    out = capfd.readouterr().out
+    assert "[stage] grid: 2/2 trials finished" in out, out[-3000:]
+    runs = trial_runs(uri, "cut-grid")
+    assert len(runs) == 2
+    for r in runs:
+        assert r.info.status == "FINISHED" and r.data.tags["ssat.status"] == "FINISHED"
+        assert [s for s, _ in history(uri, r, "val/pgd10")] == [1, 2, 3]
+        assert [s for s, _ in history(uri, r, "train/loss")] == [1, 2, 3]
+        assert "test/best/clean" in r.data.metrics
+        if r.data.tags["ssat.key"] in cut_ids:
+            assert r.info.run_id == cut_ids[r.data.tags["ssat.key"]]
+    (parent,) = _runs(uri, "cut-grid", "sweep")
+    assert parent.info.status == "FINISHED"
+    assert len(_runs(uri, "cut-grid", "teacher")) == 1
+
+
+def test_ctrl_c_in_the_search_and_confirm_stages_then_resume(ray_local, teacher_dir, tmp_path, capfd):
+    search = {"num_samples": 3, "sampler_seed": 3,
+              "space": {"method.beta": {"float": [0.0, 1.0]}, "method.tau": {"float": [0.5, 4.0]}},
+              "confirm": {"top_k": 1, "seeds": [10]}}
+    spec = write_spec(tmp_path / "s.yaml", "cut-search", epochs=3, seeds=[0], search=search, max_concurrent=2,
+                      overrides={"attack.schedule": "const"})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    # 1. Ctrl+C in the search: fewer than num_samples trials exist; the search is not "finished", confirm never starts.
+    sent = _interrupt_when(lambda: _reported(tmp_path, "cut-search", "search"))
+    assert sweeps_main(["run", str(spec), "--workdir", str(tmp_path)]) == 1
+    assert sent.is_set()
+    _assert_incomplete(capfd.readouterr().out, "search", tmp_path, "cut-search")
+    searched = trial_runs(uri, "cut-search", "search")
+    _assert_killed(uri, "cut-search", [r for r in searched if r.info.status != "FINISHED"])
+    assert not any(r.info.status == "RUNNING" for r in searched)
+    assert trial_runs(uri, "cut-search", "confirm") == []
+    assert not (tmp_path / "runs" / "sweeps" / "cut-search" / "tune" / "confirm").exists()
+
+    # 2. Resume: the search runs up to its 3 samples; Ctrl+C in the confirm stage.
+    sent = _interrupt_when(lambda: _reported(tmp_path, "cut-search", "confirm"))
+    assert sweeps_main(["resume", "cut-search", "--workdir", str(tmp_path)]) == 1
+    assert sent.is_set()
+    out = capfd.readouterr().out
+    assert "[stage] search: 3/3 trials finished" in out, out[-3000:]
+    _assert_incomplete(out, "confirm", tmp_path, "cut-search")
+    searched = trial_runs(uri, "cut-search", "search")
+    assert len(searched) == 3
+    for r in searched:  # every sample ran its 3 epochs, the interrupted ones continued in the same run
+        assert r.info.status == "FINISHED" and [s for s, _ in history(uri, r, "val/pgd10")] == [1, 2, 3]
+    (confirm,) = trial_runs(uri, "cut-search", "confirm")
+    _assert_killed(uri, "cut-search", [confirm])
+    # the confirmed configuration is a best full-length search trial
+    score = {(r.data.params["beta"], r.data.params["tau"]): r.data.metrics["val/pgd10"] for r in searched}
+    assert score[(confirm.data.params["beta"], confirm.data.params["tau"])] == max(score.values())
+
+    # 3. Resume to the end: the same confirm run finishes.
+    assert sweeps_main(["resume", "cut-search", "--workdir", str(tmp_path)]) == 0
+    (done,) = trial_runs(uri, "cut-search", "confirm")
+    assert done.info.run_id == confirm.info.run_id and done.info.status == "FINISHED"
+    assert [s for s, _ in history(uri, done, "val/pgd10")] == [1, 2, 3]
+    assert len(trial_runs(uri, "cut-search", "search")) == 3

@@ -1,0 +1,138 @@
+"""The sweep driver's judgement of a stage, without Ray: which trials count as finished, what the confirm stage
+may rank, how a scheduler's early stop is recorded, what Ctrl+C turns into, and the state file."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from sweeps.callback import _end_tags
+from sweeps.driver import Interrupt, RunArgs, SweepState
+from sweeps.runner import sweep_paths
+from sweeps.spec import parse_spec
+from sweeps.tuners import StageOutcome, stage_outcome, top_configs, trial_outcome
+
+BASE = {"name": "s", "preset": "mnist5k-ssat-mbi", "epochs": 4, "overrides": {"optim.lr_milestones": [],
+                                                                              "optim.lr_factors": []}}
+
+
+def _search_spec(**confirm):
+    raw = {**BASE, "search": {"num_samples": 3, "space": {"method.beta": {"float": [0.0, 1.0]}},
+                              "confirm": {"top_k": confirm.get("top_k", 2), "seeds": [10]}}}
+    return parse_spec(raw)
+
+
+def _config(beta: float, scheduler: str | None = None) -> dict:
+    spec = _search_spec()
+    meta = {"sweep": "s", "stage": "search", "seed": 0, **({"scheduler": scheduler} if scheduler else {})}
+    return {"meta": meta, "base": spec.base, "method.beta": beta}
+
+
+FINAL = {"time/epochs": 4}
+
+
+def test_a_trial_is_finished_only_with_its_last_epoch_and_final_report():
+    full = trial_outcome(_config(0.1), {"epoch": 4, **FINAL, "val/pgd10": 9.0}, None, False, "search")
+    assert (full.state, full.last_epoch, full.epochs, full.sampled) == ("finished", 4, 4, {"method.beta": 0.1})
+    assert full.key.startswith("s-") and full.key.endswith("-s0-search")
+    # last epoch without its final report (cut during the test protocol): not finished
+    assert trial_outcome(_config(0.1), {"epoch": 4}, None, True, "search").state == "interrupted"
+    # Tune marks a trial it stopped on Ctrl+C as TERMINATED: the epoch count decides
+    cut = trial_outcome(_config(0.1), {"epoch": 2}, None, True, "search")
+    assert (cut.state, cut.reason) == ("interrupted", "Ctrl+C")
+    # without Ctrl+C and with a scheduler, a short search trial was stopped early by it
+    early = trial_outcome(_config(0.1, "asha"), {"epoch": 2}, None, False, "search")
+    assert (early.state, early.reason) == ("stopped_early", "asha at epoch 2")
+    # no scheduler: a short trial is never "stopped early"
+    assert trial_outcome(_config(0.1), {"epoch": 2}, None, False, "search").state == "interrupted"
+    assert trial_outcome(_config(0.1), {"epoch": 2, "failed_reason": "nan"}, None, False, "search").state == "failed"
+    err = trial_outcome(_config(0.1), {"epoch": 1}, RuntimeError("boom\nValueError: bad"), False, "search")
+    assert (err.state, err.reason) == ("error", "ValueError: bad")
+
+
+class _Result:
+    def __init__(self, config, metrics, error=None):
+        self.config, self.metrics, self.error = config, metrics, error
+
+
+def test_a_stage_counts_against_what_the_spec_asked_for():
+    done = [_Result(_config(b), {"epoch": 4, **FINAL}) for b in (0.1, 0.2)]
+    # Tune created 2 of the 3 samples (it was stopped): never "2/2 finished"
+    out = stage_outcome(done, "search", expected=3, interrupted=False)
+    assert out.done == 2 and not out.complete and "1 trial(s) never started" in out.problems
+    assert stage_outcome(done + [_Result(_config(0.3), {"epoch": 4, **FINAL})], "search", 3, False).complete
+    # a search may go on with samples that failed or were stopped early; a grid may not
+    mixed = done + [_Result(_config(0.3, "asha"), {"epoch": 1})]
+    assert stage_outcome(mixed, "search", 3, False).complete
+    assert stage_outcome(mixed, "search", 3, False).stopped_early == 1
+    grid = stage_outcome(done + [_Result(_config(0.3), {"epoch": 4, "failed_reason": "nan"})], "grid", 3, False)
+    assert not grid.complete and grid.done == 2 and any("failed: nan" in p for p in grid.problems)
+    # interrupted: incomplete even if every created trial happens to be done
+    cut = stage_outcome(done + [_Result(_config(0.3), {"epoch": 2})], "search", 3, True)
+    assert not cut.complete and [t.last_epoch for t in cut.interrupted] == [2]
+
+
+def test_confirm_never_ranks_a_partial_run():
+    spec = _search_spec(top_k=2)
+    trials = [trial_outcome(_config(b), m, None, False, "search") for b, m in [
+        (0.1, {"epoch": 4, **FINAL, "val/pgd10": 30.0}),
+        (0.2, {"epoch": 4, **FINAL, "val/pgd10": 50.0}),
+        (0.3, {"epoch": 4, **FINAL, "val/pgd10": 40.0}),
+        (0.4, {"epoch": 4, **FINAL, "val/pgd10": 40.0}),  # same score, later: ties keep the first
+    ]]
+    partial = trial_outcome(_config(0.9), {"epoch": 2, "val/pgd10": 99.0}, None, True, "search")
+    out = StageOutcome("search", 5, trials + [partial])
+    assert top_configs(out.finished, spec) == [{"method.beta": 0.2}, {"method.beta": 0.3}]
+    spec_min = parse_spec({**BASE, "mode": "min", "search": spec.source["search"]})
+    assert top_configs(out.finished, spec_min) == [{"method.beta": 0.1}, {"method.beta": 0.3}]
+
+
+def test_end_tags_record_an_early_stop_with_scheduler_and_epoch():
+    meta = {"epochs": 6, "scheduler": "asha"}
+    assert _end_tags({"epoch": 6, "time/epochs": 6}, meta) == {"ssat.status": "FINISHED"}
+    assert _end_tags({"epoch": 2}, meta) == {"ssat.status": "STOPPED_EARLY: asha at epoch 2 of 6",
+                                              "ssat.stopped_by": "asha", "ssat.stopped_epoch": 2}
+
+
+def test_ctrl_c_becomes_tunes_stop_signal_inside_a_stage_and_keyboardinterrupt_outside():
+    got = []
+    old_usr1 = signal.signal(signal.SIGUSR1, lambda s, f: got.append("usr1"))
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        stop = Interrupt()
+        with stop.installed():
+            assert os.environ["TUNE_DISABLE_SIGINT_HANDLER"] == "1"
+            with stop.tune_stage():
+                os.kill(os.getpid(), signal.SIGINT)
+            assert stop.requested and got == ["usr1"]
+            with pytest.raises(KeyboardInterrupt):  # outside Tune (the teacher stage)
+                os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is before and "TUNE_DISABLE_SIGINT_HANDLER" not in os.environ
+        again = Interrupt()
+        with again.installed(), again.tune_stage():
+            os.kill(os.getpid(), signal.SIGINT)
+            with pytest.raises(KeyboardInterrupt):  # a second Ctrl+C does not wait for Tune
+                os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGUSR1, old_usr1)
+
+
+def test_sweep_state_round_trips_and_reads_the_old_format(tmp_path):
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True)
+    st = SweepState(name="s", spec_path="x.yaml", source={"name": "s"}, tracking_uri="sqlite:///m.db",
+                    args=RunArgs(epochs=3, seeds=[1], sets={"method.beta": 0.5}), phases={"grid": "running"})
+    st.save(paths)
+    back = SweepState.load(paths)
+    assert back == st and isinstance(back.args, RunArgs)
+    # a sweep.json written before the driver existed (args as a plain dict, no `name` key)
+    old = {"name": "s", "spec_path": "x.yaml", "source": {"name": "s"}, "tracking_uri": "sqlite:///m.db",
+           "args": {"epochs": None, "seeds": None, "sets": {}, "cpu_only": True, "max_concurrent": 2,
+                    "data_root": None, "address": None, "max_failures": 2},
+           "phases": {"search": "done"}, "status": "running", "driver_pid": 1, "code": {}, "created": "",
+           "confirm_configs": [{"method.beta": 0.5}]}
+    paths.state.write_text(json.dumps(old))
+    st = SweepState.load(paths)
+    assert st.args.cpu_only and st.args.max_concurrent == 2 and st.confirm_configs == [{"method.beta": 0.5}]
