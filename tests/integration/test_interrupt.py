@@ -124,7 +124,7 @@ def test_ctrl_c_in_the_teacher_and_grid_stages_then_resume(ray_local, tmp_path, 
 def test_ctrl_c_in_the_search_and_confirm_stages_then_resume(ray_local, teacher_dir, tmp_path, capfd):
     search = {"num_samples": 3, "sampler_seed": 3,
               "space": {"method.beta": {"float": [0.0, 1.0]}, "method.tau": {"float": [0.5, 4.0]}},
-              "confirm": {"top_k": 1, "seeds": [10]}}
+              "early_stopping": {"grace_period": 2, "reduction_factor": 2}, "confirm": {"top_k": 1, "seeds": [10]}}
     spec = write_spec(tmp_path / "s.yaml", "cut-search", epochs=3, seeds=[0], search=search, max_concurrent=2,
                       overrides={"attack.schedule": "const"})
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -145,16 +145,27 @@ def test_ctrl_c_in_the_search_and_confirm_stages_then_resume(ray_local, teacher_
     assert sweeps_main(["resume", "cut-search", "--workdir", str(tmp_path)]) == 1
     assert sent.is_set()
     out = capfd.readouterr().out
-    assert "[stage] search: 3/3 trials finished" in out, out[-3000:]
     _assert_incomplete(out, "confirm", tmp_path, "cut-search")
     searched = trial_runs(uri, "cut-search", "search")
     assert len(searched) == 3
-    for r in searched:  # every sample ran its 3 epochs, the interrupted ones continued in the same run
-        assert r.info.status == "FINISHED" and [s for s, _ in history(uri, r, "val/pgd10")] == [1, 2, 3]
+    full = []
+    for r in searched:  # every sample ran to its end (the interrupted ones in the same run), or ASHA stopped it
+        steps = [s for s, _ in history(uri, r, "val/pgd10")]
+        assert r.info.status == "FINISHED", r.data.tags
+        if r.data.tags["ssat.status"] == "FINISHED":
+            assert steps == [1, 2, 3]
+            full.append(r)
+        else:  # stopped at its rung (epoch 2 of 3): recorded as such, never as an ordinary finished run
+            assert r.data.tags["ssat.status"] == "STOPPED_EARLY: asha at epoch 2 of 3", r.data.tags
+            assert (r.data.tags["ssat.stopped_by"], r.data.tags["ssat.stopped_epoch"]) == ("asha", "2")
+            assert steps == [1, 2]
+    stopped = 3 - len(full)
+    assert f"[stage] search: {len(full)}/3 trials finished" in out, out[-3000:]
+    assert (f", {stopped} stopped early by the scheduler" in out) == (stopped > 0)
     (confirm,) = trial_runs(uri, "cut-search", "confirm")
     _assert_killed(uri, "cut-search", [confirm])
-    # the confirmed configuration is a best full-length search trial
-    score = {(r.data.params["beta"], r.data.params["tau"]): r.data.metrics["val/pgd10"] for r in searched}
+    # the confirmed configuration is a best search trial among those that ran all their epochs
+    score = {(r.data.params["beta"], r.data.params["tau"]): r.data.metrics["val/pgd10"] for r in full}
     assert score[(confirm.data.params["beta"], confirm.data.params["tau"])] == max(score.values())
 
     # 3. Resume to the end: the same confirm run finishes.
