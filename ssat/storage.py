@@ -100,16 +100,15 @@ def _read(path: Path) -> bytes:
 def _check(path: Path, data: bytes) -> None:
     want = sidecar(path).read_text().strip()
     if sha256_bytes(data) != want:
-        raise CorruptFileError(f"{path}: checksum mismatch with {sidecar(path).name} (file torn or modified); "
-                               f"expected {want[:12]}..")
+        raise CorruptFileError(f"{path}: checksum mismatch with {sidecar(path).name} (file torn or modified)")
 
 
 def _decode(path: Path, data: bytes, map_location) -> Any:
     try:
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:  # weights_only refuses any global it does not know: no code runs
-        why = next((ln for ln in str(exc).splitlines() if "GLOBAL" in ln), str(exc).splitlines()[0])
-        raise CorruptFileError(f"{path}: refused: it holds a pickled Python object ({why.strip()}); only tensors, "
+        why = next((ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln), str(exc))
+        raise CorruptFileError(f"{path}: refused: it holds a pickled Python object ({why}); only tensors, "
                                "numbers, strings and lists/tuples/dicts of them are loaded") from None
     except Exception as exc:  # torch raises several types for a truncated or foreign file
         raise CorruptFileError(f"{path}: cannot be read as a checkpoint ({type(exc).__name__}: {exc})") from None

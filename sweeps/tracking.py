@@ -72,9 +72,9 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
             raise TrackingUnavailable(f"MLflow tracking server at {uri} cannot be reached ({exc}); start it, or "
                                       "pass --tracking-uri / MLFLOW_TRACKING_URI of a running one") from None
         return
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     try:
+        if uri.startswith("sqlite:///"):
+            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         MlflowClient(uri).search_experiments(max_results=1)
     except Exception as exc:
         raise TrackingUnavailable(f"MLflow store {uri} cannot be used: {exc}") from None

@@ -11,7 +11,8 @@ import torch
 
 from ssat.evaluate import main as evaluate_main
 from ssat.pseudo_labels import PseudoLabelError, load_teacher_outputs
-from ssat.storage import CorruptFileError, atomic_write_bytes, load_user_file, load_verified, save_verified
+from ssat.storage import (CorruptFileError, atomic_write_bytes, load_user_file, load_verified, save_verified,
+                          sha256_file)
 from tests.unit.test_bad_inputs import Env, checkpoint
 
 OBJ = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "name": "x", "n": 3}
@@ -42,6 +43,32 @@ def test_the_file_holds_torch_saves_bytes_and_the_sidecar_their_sha256(tmp_path)
     assert (tmp_path / "deep" / "er" / "best.pt.sha256").read_bytes() == f"{digest}\n".encode()
     assert sorted(p.name for p in path.parent.iterdir()) == ["best.pt", "best.pt.sha256"]  # no temp file left
     _same(load_verified(path), OBJ)
+
+
+def test_the_bytes_are_on_disk_in_a_hidden_temp_file_of_the_same_folder_before_the_rename(tmp_path, monkeypatch):
+    """fsync sees the complete data in `.<name>.*.tmp` beside the target (same file system: the rename is
+    atomic), and the target appears only after it."""
+    path, seen, real_fsync = tmp_path / "state.pt", [], os.fsync
+
+    def fsync(fd):
+        tmp = [p for p in tmp_path.iterdir() if p.name != "state.pt"]
+        seen.append(([p.name for p in tmp], [p.read_bytes() for p in tmp], path.read_bytes()))
+        real_fsync(fd)
+
+    path.write_bytes(b"old")
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write_bytes(path, b"new bytes")
+    ((names, contents, target),) = seen
+    assert len(names) == 1 and names[0].startswith(".state.pt.") and names[0].endswith(".tmp")
+    assert contents == [b"new bytes"] and target == b"old"
+    assert path.read_bytes() == b"new bytes" and [p.name for p in tmp_path.iterdir()] == ["state.pt"]
+
+
+def test_sha256_file_reads_every_chunk(tmp_path):
+    data = bytes(range(256)) * 3
+    (tmp_path / "f").write_bytes(data)
+    for chunk in (1, 7, 1000):
+        assert sha256_file(tmp_path / "f", chunk=chunk) == hashlib.sha256(data).hexdigest()
 
 
 def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path):

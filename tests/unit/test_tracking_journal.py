@@ -124,15 +124,38 @@ def test_a_torn_last_line_is_reported_and_skipped(tmp_path, store):
     assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25)]
 
 
+def _dead_pid() -> int:
+    """The PID of a process of this host that has exited."""
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+
+
+def test_adopted_operations_are_journaled_as_ours_before_the_old_files_go(tmp_path):
+    spool = tmp_path / "tracking_spool.jsonl"
+    host, dead = socket.gethostname(), _dead_pid()
+    ops = [{"op": "tags", "key": f"k{i}", "tags": {"i": i}} for i in range(4)]
+    spool.write_text(json.dumps(ops[0]) + "\n")  # what an earlier sweep's end left unsent
+    (tmp_path / f"tracking_spool.{host}.{dead}.1.jsonl").write_text(json.dumps(ops[2]) + "\n" + json.dumps(ops[3]))
+    (tmp_path / f"tracking_spool.{host}.{dead}.0.jsonl").write_text(json.dumps(ops[1]) + "\n")
+    (tmp_path / "tracking_spool.other.jsonl").write_text(json.dumps(ops[0]) + "\n")  # not a journal name
+    lines = []
+    t = Tracker(_away(), "exp", spool=spool, log=lines.append)  # adopting sends nothing yet
+    assert t.queue == ops
+    assert [json.loads(x) for x in t.journal.read_text().splitlines()] == ops  # a kill now loses nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([t.journal.name, "tracking_spool.other.jsonl"])
+    assert lines == [f"[tracking] adopted 4 operation(s) left unsent by an earlier driver (tracking_spool.jsonl, "
+                     f"tracking_spool.{host}.{dead}.0.jsonl, tracking_spool.{host}.{dead}.1.jsonl)"]
+    assert Tracker(_away(), "exp", spool=tmp_path / "elsewhere" / "tracking_spool.jsonl", **QUIET).queue == []
+
+
 def test_whose_journal_counts_as_gone():
-    host, me = socket.gethostname(), os.getpid()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    host, me, dead = socket.gethostname(), os.getpid(), _dead_pid()
     stem = "tracking_spool"
     cases = {f"{stem}.other-host.{me}.0.jsonl": True,     # another host's driver: one driver per sweep at a time
              f"{stem}.{host}.{dead}.0.jsonl": True,        # a process of this host that exited
              f"{stem}.{host}.{me}.3.jsonl": False,         # this process (another Tracker in it)
              f"{stem}.{host}.1.0.jsonl": False,            # a live process of this host
              f"{stem}.{host}.x1.0.jsonl": False,           # not a journal name: never taken
-             f"{stem}.{host}.jsonl": False}
+             f"{stem}.{host}.jsonl": False,
+             f"{stem}.node.example.org.{me}.0.jsonl": True}  # a host name with dots
     assert {name: _owner_gone(Path(name), stem) for name in cases} == cases

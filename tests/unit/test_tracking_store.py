@@ -1,4 +1,5 @@
-"""First write wins: operations sent again (a replayed journal, a retried trial) against a real MLflow SQLite store.
+"""The Tracker against a real MLflow SQLite store: each operation, and first write wins for operations sent
+again (a replayed journal, a retried trial).
 
 Every replay here carries NEW timestamps and NEW values (MLflow itself drops only exact duplicates), and is
 sent by a fresh Tracker, so the store is the only memory of what was logged.
@@ -11,7 +12,9 @@ import shutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from sweeps import tracking
 from sweeps.tracking import Tracker
+from tests.servers import free_port
 
 QUIET = {"log": lambda line: None}
 
@@ -117,3 +120,146 @@ def test_a_fresh_tracker_logs_the_first_epoch_of_a_run_without_metrics(store):
     t.log_epoch("k1", {"val/pgd10": 0.5}, 1)
     client, run = _run(store)
     assert _history(client, run.info.run_id, "val/pgd10") == [(0, 0.25), (1, 0.5)]
+
+
+# ---- each operation, as the store sees it ------------------------------------------------------------------
+def test_a_run_is_made_once_with_its_tags_params_and_name(tmp_path, store):
+    root = tmp_path / "artifacts"
+    t = Tracker(store, "exp", artifact_root=root, **QUIET)
+    t.ensure_run("k1", {"ssat.kind": "trial", "ssat.row": None}, {"p": 1, "long": "x" * 7000, "none": None})
+    t.ensure_run("k1", {"ssat.kind": "other"}, {"p": 2})  # found again by its key: nothing changes
+    t.ensure_run("k2", {})
+    client, run = _run(store)
+    exp = client.get_experiment_by_name("exp")
+    assert exp.artifact_location == root.resolve().as_uri()
+    assert run.info.run_name == "k1" and run.data.tags["ssat.key"] == "k1"
+    assert run.data.tags["ssat.kind"] == "trial" and run.data.tags["ssat.row"] == "None"
+    assert run.data.params == {"p": "1", "long": "x" * 6000, "none": "None"}  # MLflow keeps 6000 characters
+    assert _run(store, "k2")[1].data.params == {}
+    fresh = Tracker(store, "exp", **QUIET)  # another driver finds both by key in the store
+    assert fresh.find_run("k1") == run.info.run_id and fresh.find_run("nope") is None
+    assert fresh.experiment_id == exp.experiment_id
+    assert len(client.search_runs([exp.experiment_id])) == 2
+
+
+def test_tags_artifacts_finals_and_the_end_reach_the_run(tmp_path, store):
+    import time
+
+    (tmp_path / "config.json").write_text("{}")
+    t = Tracker(store, "exp", artifact_root=tmp_path / "artifacts", **QUIET)
+    t.ensure_run("k1", {"ssat.status": "RUNNING"}, name="row-a")
+    before = int(time.time() * 1000)
+    t.log_epoch("k1", {f"train/m{i:04d}": float(i) for i in range(950)}, 1)  # more than one batch of 900
+    t.log_final("k1", {"test/best/pgd20": 40}, {"protocol/best/pgd20": {"n": 4}}, 1)
+    after = int(time.time() * 1000)
+    t.set_tags("k1", {"ssat.status": "FAILED: boom", "x": None})
+    t.log_artifact("k1", tmp_path / "config.json", "configs")
+    t.log_artifact("k1", tmp_path / "gone.pt", None)  # a checkpoint that is not there is skipped
+    t.end("k1", "FAILED")
+    assert t.queue == []
+    client, run = _run(store)
+    rid = run.info.run_id
+    assert run.info.run_name == "row-a" and run.info.status == "FAILED"
+    assert run.data.tags["ssat.status"] == "FAILED: boom" and run.data.tags["x"] == "None"
+    assert run.data.tags["protocol/best/pgd20"] == "{'n': 4}"
+    assert {k: v for k, v in run.data.metrics.items() if k.startswith("train/")} == {
+        f"train/m{i:04d}": float(i) for i in range(950)}
+    (final,) = client.get_metric_history(rid, "test/best/pgd20")
+    (epoch,) = client.get_metric_history(rid, "train/m0000")
+    assert (final.step, final.value, epoch.step) == (1, 40.0, 1)
+    assert before <= epoch.timestamp <= final.timestamp <= after
+    assert [a.path for a in client.list_artifacts(rid)] == ["configs"]
+    assert [a.path for a in client.list_artifacts(rid, "configs")] == ["configs/config.json"]
+
+
+def test_an_unreachable_store_keeps_operations_in_order_and_they_go_when_it_is_back(store, monkeypatch):
+    lines = []
+    t = Tracker(f"http://127.0.0.1:{free_port()}", "exp", log=lines.append)
+    t.ensure_run("k1", {"ssat.kind": "trial"})
+    assert len(t.queue) == 1 and len(lines) == 1 and "unavailable" in lines[0] and "1 operation(s) kept" in lines[0]
+    t.client = MlflowClient(store)  # the store is back
+    t.log_epoch("k1", {"val/pgd10": 0.25}, 1)
+    assert [op["op"] for op in t.queue] == ["ensure", "epoch"]  # left alone until RETRY_AFTER_S has passed
+    assert MlflowClient(store).get_experiment_by_name("exp") is None
+    assert t.drain(force=True) and t.queue == []
+    assert lines[1:] == ["[tracking] store reachable again; queued operations sent"]
+    client, run = _run(store)
+    assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25)]
+    t.log_epoch("ghost", {"val/pgd10": 0.5}, 1)  # a run nobody made: kept (the earlier failure's pause holds it)
+    monkeypatch.setattr(tracking, "RETRY_AFTER_S", 0.0)
+    assert not t.drain(force=True) and len(t.queue) == 1 and "LookupError: no run for key ghost" in lines[2]
+    t.ensure_run("k2", {})  # tried again at once (no pause now), and stuck behind it: order is kept
+    assert [op["op"] for op in t.queue] == ["epoch", "ensure"] and len(lines) == 3  # warned once
+    assert _run(store)[0].search_runs([_run(store)[1].info.experiment_id], "tags.`ssat.key` = 'k2'") == []
+
+
+def test_flush_spools_what_is_left_and_reports_it(tmp_path):
+    lines = []
+    spool = tmp_path / "sweep" / "tracking_spool.jsonl"
+    t = Tracker(f"http://127.0.0.1:{free_port()}", "exp", spool=spool, log=lines.append)
+    t.ensure_run("k1", {"ssat.kind": "trial"})
+    journal = t.journal
+    assert journal.parent == spool.parent and json.loads(journal.read_text())["op"] == "ensure"
+    assert t.flush(timeout=0.5, interval=0.1) is False
+    assert t.queue == [] and not journal.exists()
+    assert [json.loads(x)["key"] for x in spool.read_text().splitlines()] == ["k1"]
+    assert "1 operation(s) spooled to" in lines[-1] and "python -m sweeps sync" in lines[-1]
+    without = Tracker(f"http://127.0.0.1:{free_port()}", "exp", log=lines.append)
+    without.ensure_run("k1", {})
+    assert without.flush(timeout=0.1, interval=0.1) is False and len(without.queue) == 1  # nowhere to spool
+
+
+# ---- helpers of the module ---------------------------------------------------------------------------------
+def test_the_store_uri_and_its_check(tmp_path, store, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.default_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert tracking.resolve_uri(None, tmp_path) == tracking.default_uri(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://env:5000")
+    assert tracking.resolve_uri(None, tmp_path) == "http://env:5000"
+    assert tracking.resolve_uri("http://given:5000", tmp_path) == "http://given:5000"
+
+    tracking.check_reachable(store)  # a usable store: no error
+    away = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(tracking.TrackingUnavailable, match=rf"{away} cannot be reached .*--tracking-uri"):
+        tracking.check_reachable(away, timeout=2)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(tracking.TrackingUnavailable, match=r"MLflow store sqlite:///.*a-file/x/mlflow\.db cannot be used"):
+        tracking.check_reachable(f"sqlite:///{tmp_path / 'a-file' / 'x' / 'mlflow.db'}")
+
+
+def test_check_reachable_asks_a_servers_health(tmp_path):
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        code = 200
+
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(self.code if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        tracking.check_reachable(url + "/")
+        Health.code = 204
+        with pytest.raises(tracking.TrackingUnavailable, match=rf"MLflow server at {url}/? answered 204 on /health"):
+            tracking.check_reachable(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_epoch_and_final_metrics_are_picked_by_prefix_and_type():
+    result = {"train/loss": 0.5, "val/pgd10": 40, "adv/alpha": 0.1, "sched/eps": 0.03, "perf/epoch_seconds": 2.0,
+              "val/flag": True, "val/name": "x", "test/best/pgd20": 41.0, "time/total_s": 9, "epoch": 3,
+              "protocol/best/pgd20": "{}", "other": 1.0}
+    assert tracking.epoch_metrics(result) == {"train/loss": 0.5, "val/pgd10": 40, "adv/alpha": 0.1,
+                                              "sched/eps": 0.03, "perf/epoch_seconds": 2.0}
+    assert tracking.final_metrics(result) == ({"test/best/pgd20": 41.0, "time/total_s": 9},
+                                              {"protocol/best/pgd20": "{}"})
+    assert tracking.flat_str(None) == "None" and tracking.flat_str(1.5) == "1.5"
