@@ -11,7 +11,8 @@ from ssat.datasets import DataError
 from ssat.pseudo_labels import PseudoLabelError
 
 from .driver import RunArgs, load_run_spec, resume_sweep, run_sweep, stop_sweep, sweep_status, sync_sweep
-from .runner import SweepError, dry_run
+from .dryrun import dry_run
+from .paths import SweepError
 from .tracking import TrackingUnavailable
 
 

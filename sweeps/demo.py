@@ -14,7 +14,7 @@ from pathlib import Path
 from ssat.config import parse_overrides
 
 from .driver import RunArgs, SweepState, resume_sweep, run_sweep
-from .runner import sweep_paths
+from .paths import sweep_paths
 
 SPEC = Path(__file__).parent / "specs" / "mnist5k-demo.yaml"
 

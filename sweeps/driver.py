@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .runner import (Paths, SweepError, check_gpu, code_version, init_ray, spec_configs, sweep_paths,
-                     teacher_stage)
+from .paths import Paths, SweepError, code_version, sweep_paths
+from .resources import check_gpu, init_ray
 from .spec import Spec, parse_spec, read_yaml
+from .teacher_stage import teacher_stage
 from .tracking import Tracker, check_reachable, resolve_uri
 from .tuners import (PHASES_GRID, PHASES_SEARCH, confirm_trials, grid_tuner, restore_tuner, search_tuner,
                      stage_outcome, top_configs)
@@ -138,7 +139,7 @@ def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = "."
     paths = sweep_paths(workdir, spec.name)
     from ssat.datasets import check_root
 
-    for cfg in spec_configs(spec):
+    for cfg in spec.configs():
         check_root(cfg.data.dataset, cfg.data.root)
     uri = resolve_uri(tracking_uri, paths.workdir)
     check_reachable(uri)
@@ -190,7 +191,7 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
     try:
         with interrupt.installed():
             t0 = time.perf_counter()
-            teacher_runs = teacher_stage(spec_configs(spec), tracker, spec.name, paths.teacher_dir, log=log)
+            teacher_runs = teacher_stage(spec.configs(), tracker, spec.name, paths.teacher_dir, log=log)
             log(f"[stage] teacher: {time.perf_counter() - t0:.1f} s")
             init_ray(state.args.address)
             check_gpu(spec)

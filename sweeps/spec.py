@@ -109,6 +109,14 @@ class Spec:
     def config_for(self, sampled: dict, seed: int) -> Config:
         return _config(self, sampled, seed, where="sampled configuration")
 
+    def base_config(self) -> Config:
+        """The config a search samples around (its first seed)."""
+        return self.config_for({}, self.seeds[0])
+
+    def configs(self) -> list[Config]:
+        """Every grid trial's config, or a search's base config: what the data and teacher checks need."""
+        return [t.config for t in self.trials()] if self.grid else [self.base_config()]
+
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.source, sort_keys=True, default=str).encode()).hexdigest()[:12]
 

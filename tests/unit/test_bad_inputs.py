@@ -20,7 +20,7 @@ from ssat.evaluate import load_checkpoint_model
 from ssat.presets import preset
 from ssat.pseudo_labels import PseudoLabelError, load_teacher_outputs
 from ssat.storage import CorruptFileError, save_verified
-from sweeps.runner import SweepError
+from sweeps.paths import SweepError
 from sweeps.spec import SpecError, load_spec, parse_spec
 from tests.fakedata import write_cifar10
 
@@ -151,7 +151,7 @@ def cifar_missing(env: Env, drop: str) -> None:
 
 
 def gpu_share(env: Env, share: float) -> None:
-    from sweeps.runner import check_gpu
+    from sweeps.resources import check_gpu
 
     env.monkeypatch.setenv("SSAT_AUTOSCALER_CONFIG", str(env.tmp / "no-autoscaler.yaml"))
     check_gpu(parse_spec(spec(resources={"cpu": 1, "gpu": share})), gpus_now=0)
@@ -169,7 +169,7 @@ def fault_spec(env: Env, value: str) -> None:
 
 
 def sweep_dir(env: Env, name: str) -> None:
-    from sweeps.runner import sweep_paths
+    from sweeps.paths import sweep_paths
 
     sweep_paths(env.tmp, name)
 

@@ -10,7 +10,7 @@ import pytest
 
 from sweeps.callback import _end_tags
 from sweeps.driver import Interrupt, RunArgs, SweepState
-from sweeps.runner import sweep_paths
+from sweeps.paths import sweep_paths
 from sweeps.spec import parse_spec
 from sweeps.tuners import StageOutcome, stage_outcome, top_configs, trial_outcome
 

@@ -5,7 +5,8 @@ import optuna
 import pytest
 
 from sweeps.pareto import crowding_thin, pareto_front
-from sweeps.runner import SweepError, autoscaler_gpu_types, check_gpu
+from sweeps.paths import SweepError
+from sweeps.resources import autoscaler_gpu_types, check_gpu
 from sweeps.space import define_by_run
 from sweeps.spec import SpecError, load_spec, parse_spec
 

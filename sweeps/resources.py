@@ -1,0 +1,52 @@
+"""The Ray cluster a sweep runs on: start or join it, and refuse GPU shares that no node can ever provide."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .paths import SweepError
+from .spec import Spec
+
+def autoscaler_gpu_types() -> list[str]:
+    """Node types of a `ray up` cluster's autoscaler config that provide GPUs (the head keeps it at home)."""
+    import yaml
+
+    path = Path(os.environ.get("SSAT_AUTOSCALER_CONFIG", Path.home() / "ray_bootstrap_config.yaml"))
+    if not path.exists():
+        return []
+    cfg = yaml.safe_load(path.read_text()) or {}
+    return [n for n, t in (cfg.get("available_node_types") or {}).items() if (t.get("resources") or {}).get("GPU", 0) > 0]
+
+
+def check_gpu(spec: Spec, gpus_now: float | None = None) -> None:
+    """A GPU share where no node can ever provide a GPU would leave trials PENDING forever: refuse early.
+
+    gpus_now: the cluster's GPUs (default: asked from Ray); the autoscaler's node types count too.
+    """
+    if not spec.resources["gpu"]:
+        return
+    if gpus_now is None:
+        import ray
+
+        gpus_now = ray.cluster_resources().get("GPU", 0)
+    if gpus_now > 0 or autoscaler_gpu_types():
+        return
+    raise SweepError(f"resources.gpu = {spec.resources['gpu']} but this Ray cluster has no GPU and no autoscaler node "
+                     "type that provides one, so trials would wait forever. Add --cpu-only to train on CPUs, or "
+                     "start a cluster with GPU workers (ray up ray_cluster.yaml).")
+
+
+def init_ray(address: str | None) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        import torch
+
+        ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=torch.cuda.device_count(),
+                 include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                 _temp_dir=os.environ.get("SSAT_RAY_TMPDIR"))
