@@ -1,22 +1,11 @@
 """L-inf PGD-T (the inner maximisation), with gradients taken with respect to the input only."""
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module):
-    """Run the block with the model in eval mode and restore its previous mode afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
+from .runtime import eval_mode
 
 
 def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .attacks import eval_mode, pgd
+from .attacks import pgd
+from .runtime import eval_mode, resolve_device
 
 AA_ATTACKS = ["apgd-ce", "apgd-t", "fab-t", "square"]
 
@@ -42,9 +43,9 @@ def protocol(attack: str, *, eps: float, n: int, subset: str, checkpoint: str, s
     return rec
 
 
-@torch.no_grad()
 def _predict(model, x, batch_size):
-    return torch.cat([model(x[i: i + batch_size]).argmax(1) for i in range(0, len(x), batch_size)])
+    with torch.no_grad():
+        return torch.cat([model(x[i: i + batch_size]).argmax(1) for i in range(0, len(x), batch_size)])
 
 
 def _check_adv(x_adv: torch.Tensor, x: torch.Tensor, eps: float, name: str) -> float:
@@ -152,7 +153,6 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", 
 def main(argv=None) -> int:
     from .datasets import load_arrays, to_float
     from .storage import CorruptFileError, sidecar
-    from .train import resolve_device
 
     ap = argparse.ArgumentParser(prog="python -m ssat.evaluate", description=__doc__.split("\n")[0])
     ap.add_argument("checkpoint")

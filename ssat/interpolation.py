@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attacks import eval_mode
+from .runtime import eval_mode
 
 
 def as_probabilities(targets: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -25,7 +25,6 @@ def margin(logits: torch.Tensor, targets: torch.Tensor, tau: float) -> torch.Ten
     return s.max(dim=1).values - (y * s).sum(dim=1)
 
 
-@torch.no_grad()
 def interpolate(model: nn.Module, x: torch.Tensor, x_pgd: torch.Tensor, targets: torch.Tensor, rho: float,
                 tau: float, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Binary search for alpha_hat, batched: K forward passes for the whole batch (Algorithm 1, l. 9-18).
@@ -33,13 +32,13 @@ def interpolate(model: nn.Module, x: torch.Tensor, x_pgd: torch.Tensor, targets:
     x, x_pgd: (B, C, H, W); targets: (B,) or (B, C). Returns (x_adv, alpha_hat) with
     x_adv = alpha_hat * x_pgd + (1 - alpha_hat) * x: (B, C, H, W) and alpha_hat = alpha_r: (B,).
     A sample whose margin is >= rho at every tested alpha gets 2^-K; one that never reaches rho gets 1.
-    Runs in eval mode; the model's mode is restored.
+    Runs in eval mode without autograd; the model's mode is restored.
     """
     b = x.shape[0]
     lo = torch.zeros(b, device=x.device, dtype=torch.float32)
     hi = torch.ones(b, device=x.device, dtype=torch.float32)
     shape = (b,) + (1,) * (x.dim() - 1)
-    with eval_mode(model):
+    with torch.no_grad(), eval_mode(model):
         for _ in range(steps):
             alpha = (lo + hi) / 2
             a = alpha.view(shape).to(x.dtype)
@@ -47,5 +46,5 @@ def interpolate(model: nn.Module, x: torch.Tensor, x_pgd: torch.Tensor, targets:
             below = d < rho
             lo = torch.where(below, alpha, lo)
             hi = torch.where(below, hi, alpha)
-    a = hi.view(shape).to(x.dtype)
-    return (a * x_pgd + (1 - a) * x).detach(), hi
+        a = hi.view(shape).to(x.dtype)
+        return (a * x_pgd + (1 - a) * x).detach(), hi

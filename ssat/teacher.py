@@ -47,6 +47,7 @@ from .augment_strong import strong_augment, weak_augment
 from .datasets import DATASET_INFO, Arrays, Split, split_for, to_float
 from .models import create_model
 from .pseudo_labels import PseudoLabelError, TeacherOutputs, load_teacher_outputs
+from .runtime import resolve_device, threads
 from .storage import CorruptFileError
 
 TEACHER_VERSION = "fixmatch-1"  # bump when the training code changes what a config produces
@@ -137,39 +138,19 @@ class _Cycler:
         return out
 
 
-@torch.no_grad()
 def _logits(model: nn.Module, x_uint8: torch.Tensor, device, batch_size: int) -> torch.Tensor:
     """Eval-mode fp32 logits of un-augmented images, on the CPU."""
     was = model.training
     model.eval()
-    out = [model(to_float(x_uint8[i: i + batch_size].to(device))).float().cpu()
-           for i in range(0, len(x_uint8), batch_size)]
+    with torch.no_grad():
+        out = [model(to_float(x_uint8[i: i + batch_size].to(device))).float().cpu()
+               for i in range(0, len(x_uint8), batch_size)]
     model.train(was)
     return torch.cat(out) if out else torch.empty(0, 0)
 
 
 def _accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
     return 100.0 * (logits.argmax(1) == y.cpu()).float().mean().item() if len(y) else float("nan")
-
-
-def _device(cfg) -> torch.device:
-    name = cfg.system.device
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("system.device: 'cuda' but no CUDA device is visible; use 'cpu' or 'auto'")
-    return torch.device(name)
-
-
-@contextlib.contextmanager
-def _threads(n: int | None):
-    old = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
@@ -203,14 +184,14 @@ def train_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> Teache
     student seeded before this call starts identically whether or not its teacher had to be trained.
     """
     t = cfg.teacher
-    device = _device(cfg)
+    device = resolve_device(cfg.system.device)
     ds = cfg.data.dataset
     classes, channels, _, _, _, flip = DATASET_INFO[ds]
     name = t.model or cfg.model.name
     if len(split.labeled) == 0:
         raise ValueError("teacher: the split has no labeled images to train a teacher on")
     forks = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=forks), _threads(cfg.system.threads):
+    with torch.random.fork_rng(devices=forks), threads(cfg.system.threads):
         return _train_teacher(cfg, arrays, split, log, device, name, classes, channels, flip)
 
 
@@ -389,11 +370,21 @@ def _obtain(cfg, arrays: Arrays, split: Split, log: Log, force: bool = False) ->
     return out
 
 
-def ensure_teacher(cfg, log: Log = print, *, force: bool = False) -> Path:
-    """The driver-side stage: make this config's teacher unless it is cached; return its path."""
+@dataclasses.dataclass(frozen=True)
+class TeacherFile:
+    """What `ensure_teacher` made or found: the cache file, its key and split, and its provenance."""
+    path: Path
+    key: str           # teacher_key(cfg, split)
+    split_hash: str
+    provenance: dict   # as the file stores it (plain JSON values)
+
+
+def ensure_teacher(cfg, log: Log = print, *, force: bool = False) -> TeacherFile:
+    """The driver-side stage: make this config's teacher unless it is cached; return what it made or found."""
     arrays, split = split_for(cfg)
-    _obtain(cfg, arrays, split, log, force=force)
-    return teacher_path(cfg, split)
+    out = _obtain(cfg, arrays, split, log, force=force)
+    return TeacherFile(teacher_path(cfg, split), teacher_key(cfg, split), split.hash,
+                       json.loads(json.dumps(out.provenance, default=str)))
 
 
 def resolve_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> TeacherOutputs:
@@ -446,19 +437,17 @@ def main(argv=None) -> int:
         if args.teacher_dir:
             over["data.teacher_dir"] = args.teacher_dir
         cfg = from_dict(d, over)
-        path = ensure_teacher(cfg, log=print, force=args.force)
+        made = ensure_teacher(cfg, log=print, force=args.force)
     except (ConfigError, KeyError, DataError, PseudoLabelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from .storage import load_verified
-
-    prov = load_verified(path)["provenance"]
+    prov = made.provenance
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}%"  # noqa: E731
     print(f"teacher val acc {fmt(prov['val_acc'])} (step {prov['selected_step']}/{prov['steps']}), "
           f"pseudo-label acc {fmt(prov['pseudo_label_acc'])} on {prov['n_unlabeled_student']} unlabeled images, "
           f"training {prov['train_seconds']:.1f}s")
     print("teacher test: " + "  ".join(f"{a} {v:.2f}%" for a, v in prov["test_metrics"].items()))
-    print(f"teacher: {path}")
+    print(f"teacher: {made.path}")
     return 0
 
 

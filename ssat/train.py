@@ -32,6 +32,7 @@ from .interpolation import interpolate
 from .losses import UNION_LOSSES, awr_loss
 from .models import create_model
 from .pseudo_labels import TeacherOutputs
+from .runtime import resolve_device, seed_everything
 from .schedules import epsilon_schedule, lr_at, rho_schedule
 from .storage import load_verified, save_verified
 
@@ -41,25 +42,6 @@ CHECK_EVERY = 25  # steps between finiteness checks on a GPU (each check synchro
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("system.device: 'cuda' but no CUDA device is visible; use 'cpu' or 'auto'")
-    return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU and CUDA). The trainer draws from torch only after this."""
-    import random
-
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def needs_teacher(cfg: Config) -> bool:
@@ -248,25 +230,13 @@ class Trainer:
     def _swa_active(self, epoch: int) -> bool:
         return self.swa is not None and epoch > self.cfg.optim.swa_start
 
-    @torch.no_grad()
     def _recompute_bn(self, model: nn.Module) -> None:
-        """BN statistics of the SWA model recomputed on clean (unaugmented) training images."""
-        bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-        if not bns:
-            return
-        momenta = {}
-        for bn in bns:
-            bn.reset_running_stats()
-            momenta[bn] = bn.momentum
-            bn.momentum = None  # cumulative average over the pass
-        was = model.training
-        model.train()
+        """BN statistics of the SWA model recomputed on clean (unaugmented) training images: one cumulative
+        pass in chunks of 500 (torch's update_bn; the model's mode is restored)."""
         xs = self.batches.xu if self.cfg.is_awr else self.batches.x
-        for i in range(0, len(xs), 500):
-            model(self._prep(to_float(xs[i: i + 500])))
-        for bn in bns:
-            bn.momentum = momenta[bn]
-        model.train(was)
+        with torch.no_grad():
+            torch.optim.swa_utils.update_bn((self._prep(to_float(xs[i: i + 500])) for i in range(0, len(xs), 500)),
+                                            model)
 
     def selection_model(self, epoch: int) -> nn.Module:
         """The model whose validation PGD-10 decides 'best': the SWA model once SWA has started (AWR)."""

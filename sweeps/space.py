@@ -15,7 +15,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .spec import DIST_KEYS, SpecError, _keys
+from .errors import SpecError, check_keys
+
+DIST_KEYS = {"choice", "float", "int", "log", "when"}
 
 
 def check_space(space: dict, path: str = "<spec>") -> None:
@@ -26,7 +28,7 @@ def check_space(space: dict, path: str = "<spec>") -> None:
             raise SpecError(f"{path}: {where}: expected a dotted config key such as 'method.beta', got {key!r}")
         if not isinstance(dist, dict):
             raise SpecError(f"{path}: {where}: expected {{choice: [...]}}, {{float: [lo, hi]}} or {{int: [lo, hi]}}")
-        _keys(dist, DIST_KEYS, path, f"{where}.")
+        check_keys(dist, DIST_KEYS, path, f"{where}.")
         kinds = [k for k in ("choice", "float", "int") if k in dist]
         if len(kinds) != 1:
             raise SpecError(f"{path}: {where}: expected exactly one of choice, float, int; got {sorted(dist)}")

@@ -23,7 +23,6 @@ grid of rows or an Optuna search space with its confirm stage. Validated complet
 from __future__ import annotations
 
 import copy
-import difflib
 import hashlib
 import json
 import re
@@ -36,16 +35,13 @@ import yaml
 from ssat.config import Config, ConfigError, from_dict, scale_epochs
 from ssat.presets import preset
 
+from .errors import SpecError, check_keys
+
 SPEC_KEYS = {"name", "preset", "table", "column_group", "overrides", "epochs", "seeds", "resources", "max_concurrent",
              "metric", "mode", "grid", "search", "stage", "description", "expected_seeds"}
 SEARCH_KEYS = {"num_samples", "space", "early_stopping", "confirm", "sampler_seed"}
-DIST_KEYS = {"choice", "float", "int", "log", "when"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 STAGES = ("grid", "search", "confirm", "demo")
-
-
-class SpecError(ConfigError):
-    """A sweep spec mistake; the message names the spec file, the field, the value and what is allowed."""
 
 
 @dataclass
@@ -132,14 +128,6 @@ def _err(path: str, msg: str) -> SpecError:
     return SpecError(f"{path}: {msg}")
 
 
-def _keys(d: dict, allowed: set, path: str, where: str) -> None:
-    for k in d:
-        if k not in allowed:
-            near = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.5)
-            hint = f"; did you mean '{near[0]}'?" if near else ""
-            raise _err(path, f"unknown key {where + str(k)!r}{hint} Valid keys: {', '.join(sorted(allowed))}")
-
-
 def read_yaml(path: str | Path) -> dict:
     """Safe-load a YAML file; a syntax error names the line."""
     path = Path(path)
@@ -176,7 +164,7 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
     if not isinstance(raw, dict):
         raise _err(path, f"expected a mapping of spec keys at the top, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
-    _keys(raw, SPEC_KEYS, path, "")
+    check_keys(raw, SPEC_KEYS, path, "")
     name = raw.get("name")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise _err(path, f"name: {name!r}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
@@ -261,7 +249,7 @@ def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> di
 def _resources(res: Any, path: str, cpu_only: bool) -> dict:
     if not isinstance(res, dict):
         raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {res!r}")
-    _keys(res, {"cpu", "gpu", "custom"}, path, "resources.")
+    check_keys(res, {"cpu", "gpu", "custom"}, path, "resources.")
     cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
     custom = res.get("custom") or {}
     if not isinstance(custom, dict) or not all(
@@ -302,7 +290,7 @@ def _grid(grid: Any, path: str) -> list[dict]:
     for i, row in enumerate(grid):
         if not isinstance(row, dict):
             raise _err(path, f"grid[{i}]: expected a mapping with 'row' and 'set', got {row!r}")
-        _keys(row, {"row", "set", "preset"}, path, f"grid[{i}].")
+        check_keys(row, {"row", "set", "preset"}, path, f"grid[{i}].")
         if row.get("preset") is not None and not isinstance(row["preset"], str):
             raise _err(path, f"grid[{i}].preset: {row['preset']!r}; expected the name of an ssat preset")
         label = str(row.get("row", i))
@@ -333,7 +321,7 @@ def _product(prod: Any, path: str) -> list[dict]:
 def _search(search: Any, path: str, spec: Spec) -> dict:
     if not isinstance(search, dict):
         raise _err(path, "search: expected a mapping with num_samples, space, confirm")
-    _keys(search, SEARCH_KEYS, path, "search.")
+    check_keys(search, SEARCH_KEYS, path, "search.")
     n = search.get("num_samples", 10)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise _err(path, f"search.num_samples: {n!r}; allowed: a positive integer")
@@ -353,7 +341,7 @@ def _search(search: Any, path: str, spec: Spec) -> dict:
     if es is not None:
         if not isinstance(es, dict):
             raise _err(path, "search.early_stopping: expected {grace_period: N} or null")
-        _keys(es, {"grace_period", "reduction_factor"}, path, "search.early_stopping.")
+        check_keys(es, {"grace_period", "reduction_factor"}, path, "search.early_stopping.")
         if spec.multi_objective:
             raise _err(path, "search.early_stopping: ASHA needs a single metric; remove it for multi-objective")
         need = _min_grace(spec, space)
@@ -369,7 +357,7 @@ def _search(search: Any, path: str, spec: Spec) -> dict:
     confirm = search.get("confirm") or {}
     if not isinstance(confirm, dict):
         raise _err(path, "search.confirm: expected {top_k: K, seeds: [...]}")
-    _keys(confirm, {"top_k", "seeds"}, path, "search.confirm.")
+    check_keys(confirm, {"top_k", "seeds"}, path, "search.confirm.")
     top_k, cseeds = confirm.get("top_k", 3), confirm.get("seeds", [100, 101, 102])
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise _err(path, f"search.confirm.top_k: {top_k!r}; allowed: a positive integer")

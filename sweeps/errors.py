@@ -1,0 +1,19 @@
+"""The sweep spec's error type and its key check, shared by the spec and search-space parsers."""
+from __future__ import annotations
+
+import difflib
+
+from ssat.config import ConfigError
+
+
+class SpecError(ConfigError):
+    """A sweep spec mistake; the message names the spec file, the field, the value and what is allowed."""
+
+
+def check_keys(d: dict, allowed: set, path: str, where: str) -> None:
+    """Refuse the first key of `d` not in `allowed`, naming it, the nearest allowed key and all of them."""
+    for k in d:
+        if k not in allowed:
+            near = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.5)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise SpecError(f"{path}: unknown key {where + str(k)!r}{hint} Valid keys: {', '.join(sorted(allowed))}")
