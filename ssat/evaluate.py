@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -69,15 +71,52 @@ def pgd_accuracy(model, x, y, *, eps, steps, batch_size) -> tuple[float, float]:
     return 100.0 * correct / max(len(x), 1), linf
 
 
-def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0) -> float:
-    """Robust accuracy (%) under standard AutoAttack, through pyautoattack's keyword-only API."""
+class _AutoAttackProgress(logging.Handler):
+    """pyautoattack's debug records -> a progress line per attack (AutoAttack is the longest silent stage), and
+    the robust accuracy after each attack (a drop at Square after the gradient attacks hints at gradient masking)."""
+    AFTER = re.compile(r"robust accuracy after (\S+): ([0-9.]+)%")
+
+    def __init__(self, log, n: int):
+        super().__init__(logging.DEBUG)
+        self.log, self.n, self.t0, self.after = log, n, time.perf_counter(), {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if msg.startswith("running "):
+            attack = msg.split()[1]
+            k = AA_ATTACKS.index(attack) + 1 if attack in AA_ATTACKS else "?"
+            self.log(f"    autoattack: {attack} ({k}/{len(AA_ATTACKS)}) on {self.n} images, "
+                     f"{time.perf_counter() - self.t0:.0f} s so far")
+        elif m := self.AFTER.match(msg):  # printed as a percent with 2 decimals: exact as a count for n <= 10,000
+            self.after[m[1].lower()] = 100.0 * round(float(m[2]) * self.n / 100) / self.n
+
+
+def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0, log=print) -> tuple[float, dict[str, float]]:
+    """Robust accuracy (%) under standard AutoAttack (pyautoattack's keyword-only API), and the robust accuracy
+    (%) after each of its attacks in order: {"apgd-ce": .., "apgd-t": .., "fab-t": .., "square": ..}. An attack
+    skipped because no robust image was left counts the accuracy reached before it."""
     from pyautoattack import AutoAttack
 
-    logging.getLogger("auto-attack").setLevel(logging.WARNING)
-    adversary = AutoAttack(model, norm="Linf", eps=eps, version="standard", device=x.device, seed=seed)
-    x_adv, _ = adversary.run_standard_evaluation(x, y, batch_size=batch_size)
+    logger = logging.getLogger("auto-attack")
+    level, propagate = logger.level, logger.propagate
+    progress = _AutoAttackProgress(log, len(x))
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False  # its own lines stay out of the run's log; ours say where it is
+    logger.addHandler(progress)
+    try:
+        adversary = AutoAttack(model, norm="Linf", eps=eps, version="standard", device=x.device, seed=seed)
+        x_adv, _ = adversary.run_standard_evaluation(x, y, batch_size=batch_size)
+    finally:
+        logger.removeHandler(progress)
+        logger.setLevel(level)
+        logger.propagate = propagate
     _check_adv(x_adv, x, eps, "autoattack")
-    return 100.0 * (_predict(model, x_adv, batch_size) == y).float().mean().item()
+    acc = 100.0 * (_predict(model, x_adv, batch_size) == y).sum().item() / max(len(y), 1)
+    after, last = {}, None
+    for attack in AA_ATTACKS:
+        last = progress.after.get(attack, last if last is not None else acc)
+        after[attack] = last
+    return acc, after
 
 
 def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, checkpoint: str,
@@ -102,10 +141,12 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: f
         if autoattack:
             n = len(x) if autoattack_n is None else min(autoattack_n, len(x))
             aa_subset = subset if n == len(x) else f"first{n}"
-            acc = autoattack_accuracy(model, x[:n], y[:n], eps=eps, batch_size=batch_size)
-            out["autoattack"] = {"acc": acc, "protocol": protocol("autoattack", eps=eps, n=n, subset=aa_subset,
-                                                                   checkpoint=checkpoint)}
-            log(f"  [{checkpoint}] autoattack ({n} images): {acc:.2f}%")
+            acc, after = autoattack_accuracy(model, x[:n], y[:n], eps=eps, batch_size=batch_size, log=log)
+            out["autoattack"] = {"acc": acc, "after": after,
+                                 "protocol": protocol("autoattack", eps=eps, n=n, subset=aa_subset,
+                                                      checkpoint=checkpoint)}
+            log(f"  [{checkpoint}] autoattack ({n} images): {acc:.2f}% (after "
+                + ", ".join(f"{a} {v:.2f}%" for a, v in after.items()) + ")")
     chain = [out["clean"]["acc"]] + [out[f"pgd{s}"]["acc"] for s in sorted(pgd_steps)]
     ordered = all(a >= b for a, b in zip(chain, chain[1:]))
     for rec in out.values():
@@ -116,12 +157,15 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: f
 
 
 def flatten_results(results: dict[str, dict[str, dict]]) -> tuple[dict[str, float], dict[str, str]]:
-    """{ckpt: {attack: rec}} -> metrics {"test/best/pgd20": acc} and protocol tags {"protocol/best/pgd20": json}."""
+    """{ckpt: {attack: rec}} -> metrics {"test/best/pgd20": acc} and protocol tags {"protocol/best/pgd20": json}.
+    AutoAttack's accuracy after each of its attacks goes to "test/<ckpt>/autoattack/<attack>" (same protocol)."""
     metrics, tags = {}, {}
     for ckpt, per in results.items():
         for attack, rec in per.items():
             metrics[f"test/{ckpt}/{attack}"] = rec["acc"]
             tags[f"protocol/{ckpt}/{attack}"] = json.dumps(rec["protocol"], separators=(",", ":"))
+            for step, acc in rec.get("after", {}).items():
+                metrics[f"test/{ckpt}/{attack}/{step}"] = acc
     return metrics, tags
 
 
