@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# Install, idempotently, the system packages the slow cluster tests need (called by .ci/run; Debian/Ubuntu,
-# as root). Installs nothing that is already there, and never leaves an sshd running: the tests start their
-# own sshd, on 127.0.0.1 only, inside their own network namespace.
+# Install, idempotently, the system packages the slow cluster tests and the LaTeX test need (called by
+# .ci/run; Debian/Ubuntu, as root). Installs nothing that is already there, and never leaves an sshd running:
+# the tests start their own sshd, on 127.0.0.1 only, inside their own network namespace.
 #   openssh-server, openssh-client  ray up reaches the "remote" head over ssh
 #   rsync                           ray up's file_mounts
 #   iproute2                        `ip link set lo up` inside the test's network namespace
 #   util-linux, mount               unshare, mount (namespaces, private /tmp)
 #   procps                          ps/pkill-free inspection of leftovers (the tests kill by PID)
+#   texlive-latex-recommended       pdflatex and booktabs: tests/integration/test_latex_compiles.py builds every
+#                                   generated table (~150 MB with texlive-base and texlive-binaries)
+#   texlive-fonts-recommended       the ZapfDingbats metrics behind pifont's \ding (the tables' check marks)
 #   the shellcheck package          optional lint of the sbatch template and node scripts
 set -euo pipefail
 [[ $EUID -eq 0 ]] || { echo "ci_prereqs.sh must run as root" >&2; exit 1; }
 
-required=(openssh-server openssh-client rsync iproute2 util-linux mount procps)
+required=(openssh-server openssh-client rsync iproute2 util-linux mount procps
+          texlive-latex-recommended texlive-fonts-recommended)
 optional=(shellcheck)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=() missing_optional=()
@@ -43,7 +47,7 @@ if ((${#missing_optional[@]})); then
     apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing_optional[@]}" ||
         echo "ci_prereqs: optional ${missing_optional[*]} not installed"
 fi
-for tool in sshd ssh ssh-keygen rsync ip unshare mount; do
+for tool in sshd ssh ssh-keygen rsync ip unshare mount pdflatex; do
     command -v "$tool" >/dev/null || [[ -x "/usr/sbin/$tool" ]] || { echo "ci_prereqs: $tool still missing" >&2; exit 1; }
 done
 echo "ci_prereqs: installed ${missing[*]} ${missing_optional[*]}"
