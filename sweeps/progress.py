@@ -10,10 +10,43 @@ def _short(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
+def _epochs(trial) -> int:
+    """The epochs a trial's config asks for (grid: its config; search: the base the sampler varies)."""
+    cfg = trial.config.get("trial", trial.config)
+    return int(((cfg.get("cfg") or cfg.get("base") or {}).get("optim") or {}).get("epochs") or 0)
+
+
+def duration(seconds: float) -> str:
+    """12 s, 4 min 05 s, 2 h 03 min: what a person reads at a glance."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
 class ProgressCallback(Callback):
-    def __init__(self, total: int):
+    """Per epoch: the trial, its validation numbers, trials done out of the stage's total and the time left,
+    estimated from the epochs this driver has seen finish (evaluation included) at the current concurrency."""
+
+    def __init__(self, total: int, total_epochs: int):
+        self.total, self.total_epochs = total, total_epochs  # what the spec asks for, not what Tune made so far
+        self.setup()
+
+    def setup(self, **info):
+        """At every start, a restored one too (its clock and counts would belong to the earlier driver)."""
         self.t0 = time.perf_counter()
-        self.total = total  # Tune's trial list holds only the trials created so far
+        self.epoch: dict[str, int] = {}   # trial id -> last epoch reported
+        self.first: dict[str, int] = {}   # trial id -> epochs it had done before this driver saw it
+        self.done: set[str] = set()
+
+    def eta(self) -> str:
+        ran = sum(e - self.first[t] for t, e in self.epoch.items())
+        left = self.total_epochs - sum(self.epoch.values())
+        if ran <= 0 or left <= 0:
+            return ""
+        return f", about {duration(left * (time.perf_counter() - self.t0) / ran)} left"
 
     def _name(self, trial) -> str:
         """The row and seed; for a search trial, what was sampled (a trial id alone tells a person nothing)."""
@@ -26,22 +59,30 @@ class ProgressCallback(Callback):
         if "failed_reason" in result:
             print(f"[sweep] {self._name(trial)}: stopped: {result['failed_reason']}", flush=True)
             return
+        epoch = int(result.get("epoch") or 0)
+        self.first.setdefault(trial.trial_id, epoch - 1)
+        self.epoch[trial.trial_id] = epoch
+        if "time/epochs" in result:
+            self.done.add(trial.trial_id)
         val = f" val clean {result['val/clean']:.1f} pgd10 {result['val/pgd10']:.1f}" if "val/pgd10" in result else ""
-        print(f"[sweep {time.perf_counter() - self.t0:6.0f}s] {self._name(trial)}: epoch {result.get('epoch')}"
-              f"{val} ({result.get('perf/epoch_seconds', 0):.1f}s)", flush=True)
+        print(f"[sweep {duration(time.perf_counter() - self.t0)}] {self._name(trial)}: epoch {epoch}{val} "
+              f"({result.get('perf/epoch_seconds', 0):.1f} s) | {len(self.done)}/{self.total} trials done"
+              f"{self.eta()}", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         last = trial.last_result or {}
         if "failed_reason" in last:
             return  # on_trial_result said why it stopped
         if "time/epochs" not in last:  # Tune completes a trial early only when the scheduler stops it
+            # its remaining epochs will never run: take them out of what is left
+            self.total_epochs -= max(0, _epochs(trial) - int(last.get("epoch") or 0))
             print(f"[sweep] {self._name(trial)}: stopped early by the scheduler after epoch {last.get('epoch')}",
                   flush=True)
             return
         # Counted from the trials' states, so a resumed sweep counts what finished before it too.
         done = len({t.trial_id for t in trials if t.status == "TERMINATED"
-                    and "failed_reason" not in (t.last_result or {})} | {trial.trial_id})
-        print(f"[sweep] {self._name(trial)} finished ({done}/{self.total} done)", flush=True)
+                    and "time/epochs" in (t.last_result or {})} | {trial.trial_id})
+        print(f"[sweep] {self._name(trial)} finished ({done}/{self.total} trials done{self.eta()})", flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         print(f"[sweep] {self._name(trial)} FAILED ({trial.error_file})", flush=True)

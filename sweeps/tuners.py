@@ -19,7 +19,8 @@ PHASES_GRID = ("grid",)
 PHASES_SEARCH = ("search", "confirm")
 
 
-def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None, total: int):
+def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None, total: int,
+                total_epochs: int):
     from ray import tune
 
     from .callback import TrackingCallback
@@ -27,7 +28,7 @@ def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, pare
 
     cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_run_id,
                           artifact_root=str(paths.workdir / "mlartifacts"))
-    return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback(total)],
+    return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback(total, total_epochs)],
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                           failure_config=tune.FailureConfig(max_failures=max_failures), verbose=0)
 
@@ -62,7 +63,8 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths, phase: str, uri: str, ext
              for t in trials]
     return tune.Tuner(_trainable(spec), param_space={"trial": tune.grid_search(space)},
                       tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
-                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(trials)))
+                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(trials),
+                                             sum(t.config.optim.epochs for t in trials)))
 
 
 def search_tuner(spec: Spec, paths, uri: str, extra: dict, max_failures: int, parent_run_id: str | None):
@@ -90,7 +92,7 @@ def search_tuner(spec: Spec, paths, uri: str, extra: dict, max_failures: int, pa
                       tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=s["num_samples"],
                                                   max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id,
-                                             s["num_samples"]))
+                                             s["num_samples"], s["num_samples"] * spec.base["optim"]["epochs"]))
 
 
 def restore_tuner(phase_dir: Path, spec: Spec, rerun_failed: bool):
