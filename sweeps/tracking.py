@@ -28,6 +28,8 @@ from mlflow.tracking import MlflowClient
 
 EPOCH_PREFIXES = ("train/", "val/", "adv/", "sched/", "perf/")
 RETRY_AFTER_S = 15.0
+# MLflow 3's UI opens an experiment on its GenAI overview (traces, tokens) unless this tag says otherwise.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # The driver's client must fail fast when a server is away (MLflow's defaults retry for minutes and would
 # hold up Tune's loop, and with it every trial's reports).
 for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
@@ -132,15 +134,19 @@ class Tracker:
     # ---- ids -----------------------------------------------------------------------------------
     @property
     def experiment_id(self) -> str:
+        """The sweep's experiment, created or reused, always marked as model development (EXPERIMENT_KIND)."""
         if self._exp_id is None:
             exp = self.client.get_experiment_by_name(self.experiment)
             if exp is None:
                 try:
-                    self._exp_id = self.client.create_experiment(self.experiment, artifact_location=self.artifact_root)
+                    self._exp_id = self.client.create_experiment(self.experiment, artifact_location=self.artifact_root,
+                                                                 tags=dict([EXPERIMENT_KIND]))
+                    return self._exp_id
                 except Exception:  # created meanwhile by someone else
-                    self._exp_id = self.client.get_experiment_by_name(self.experiment).experiment_id
-            else:
-                self._exp_id = exp.experiment_id
+                    exp = self.client.get_experiment_by_name(self.experiment)
+            self._exp_id = exp.experiment_id
+            if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+                self.client.set_experiment_tag(self._exp_id, *EXPERIMENT_KIND)
         return self._exp_id
 
     def find_run(self, key: str) -> str | None:
