@@ -15,10 +15,10 @@ from tests.servers import free_port
 from tests.unit import test_tracking_store as stores
 from tests.unit.test_tracking_store import _history, _replay, _run
 
-store = stores.store  # the fixture: a fresh real SQLite store per test
+store, _one_try = stores.store, stores._one_try  # fixtures: a fresh real SQLite store per test; no retries
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
 QUIET = {"log": lambda line: None}
 # A driver whose store is away: it queues a run, two epochs, a tag and the end, then is killed.
 DRIVER = """
@@ -61,7 +61,7 @@ def test_a_killed_drivers_queue_is_adopted_sent_once_and_a_replay_changes_nothin
 
     t = Tracker(store, "exp", spool=spool, **QUIET)
     assert t.queue == ops and not journals[0].exists()  # adopted in order: the dead driver's file is gone
-    assert t.flush(timeout=30)
+    assert t.flush(timeout=1, interval=0.1)
     assert [p.name for p in tmp_path.glob("tracking_spool*.jsonl")] == []  # all sent: no journal, no spool left
     client, run = _run(store)
     assert run.info.status == "FINISHED" and run.data.tags["ssat.status"] == "FINISHED"
@@ -87,14 +87,14 @@ def test_a_live_drivers_journal_in_another_process_is_not_taken_until_it_is_gone
         held = journal.read_text()
         other = Tracker(store, "exp", spool=spool, **QUIET)
         assert other.queue == [] and journal.read_text() == held  # its owner is alive: left alone
-        assert other.flush(timeout=1) and journal.read_text() == held
+        assert other.flush(timeout=1, interval=0.1) and journal.read_text() == held
     finally:
         live.kill()
         live.wait(timeout=30)
     assert live.returncode == -signal.SIGKILL, live.stderr.read()[-2000:]
     adopter = Tracker(store, "exp", spool=spool, **QUIET)
     assert [op["op"] for op in adopter.queue] == ["ensure", "epoch"] and not journal.exists()
-    assert adopter.flush(timeout=10)
+    assert adopter.flush(timeout=1, interval=0.1)
     client, run = _run(store)
     assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25)]
 
@@ -106,7 +106,7 @@ def test_a_live_tracker_of_this_process_keeps_its_journal(tmp_path, store):
     assert len(live.queue) == 1 and live.journal.exists()
     other = Tracker(store, "exp", spool=spool, **QUIET)
     assert other.queue == [] and live.journal.exists()  # same process, still alive: left to its owner
-    assert live.flush(timeout=0.1) is False  # still away: moved to the spool for `sync`
+    assert live.flush(timeout=0.1, interval=0.1) is False  # still away: moved to the spool for `sync`
     assert not live.journal.exists() and [json.loads(x)["op"] for x in spool.read_text().splitlines()] == ["ensure"]
 
 
@@ -119,7 +119,7 @@ def test_a_torn_last_line_is_reported_and_skipped(tmp_path, store):
     t = Tracker(store, "exp", spool=spool, log=lines.append)
     assert t.queue == [ensure, epoch]
     assert any("torn line of tracking_spool.jsonl" in s and json.dumps(epoch)[:25] in s for s in lines), lines
-    assert t.flush(timeout=10) and not spool.exists()
+    assert t.flush(timeout=1, interval=0.1) and not spool.exists()
     client, run = _run(store)
     assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25)]
 

@@ -7,8 +7,11 @@ sent by a fresh Tracker, so the store is the only memory of what was logged.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from pathlib import Path
 
+import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -20,14 +23,25 @@ QUIET = {"log": lambda line: None}
 
 
 @pytest.fixture
-def store(tmp_path, tmp_path_factory) -> str:
-    """The URI of a fresh, real MLflow SQLite store of this test's own: a copy of an empty store made once per
-    session (creating its tables takes seconds, copying the file does not)."""
-    empty = tmp_path_factory.getbasetemp() / "mlflow-empty-store.db"
+def store(tmp_path) -> str:
+    """The URI of a fresh, real MLflow SQLite store of this test's own: a copy of an empty store kept per MLflow
+    version in the user's cache (creating the tables takes seconds, copying the file does not)."""
+    empty = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssat-sweeps" / \
+        f"mlflow{mlflow.__version__}-empty-store.db"
     if not empty.exists():
-        MlflowClient(f"sqlite:///{empty}").search_experiments(max_results=1)
+        making = tmp_path / "empty.db"
+        MlflowClient(f"sqlite:///{making}").search_experiments(max_results=1)
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(making, f"{empty}.{os.getpid()}")
+        os.replace(f"{empty}.{os.getpid()}", empty)  # whole or absent, for a test running beside this one
     shutil.copy(empty, tmp_path / "mlflow.db")
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+@pytest.fixture(autouse=True)
+def _one_try(monkeypatch):
+    """One request per try at a store that is away (MLflow would retry it), so those tests take no time."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 
 
 def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
@@ -70,7 +84,7 @@ def _replay(uri: str, spool, ops: list[dict], shift: float) -> Tracker:
     spool.write_text("".join(json.dumps(op) + "\n" for op in later))
     t = Tracker(uri, "exp", spool=spool, **QUIET)
     assert len(t.queue) == len(later) and t.last_step == {} and t.runs == {}  # nothing known but the store
-    assert t.flush(timeout=10)
+    assert t.flush(timeout=1, interval=0.1)
     return t
 
 
