@@ -12,9 +12,11 @@ Command lines:
            training-time
     python -m analysis.plots  --experiment NAME --figure F [--out FILE.png]
         F: a key of analysis.plots.FIGURES (beta, rho, pareto, curves, alpha, ablation; --help says what each shows)
+    python -m analysis.autoattack --experiment NAME [--checkpoint best|last]   AutoAttack attack by attack
+    python -m analysis.importance --experiment NAME [--epoch E] [--metric KEY] [--out DIR]   which settings matter
 Each also takes --ray-results DIR (instead of or beside --experiment) and --tracking-uri URI.
 
 From Python: `analysis.collect.load_runs` / `load_history`, `analysis.tables.render_table(df_runs, table,
 fmt)`, `analysis.tables.write_table(df_runs, table, folder)`, `analysis.plots.plot_figure(df_runs,
-df_hist, figure, out_png)`. Modules: collect, protocol, specs, cells, render, tables, plots, export, paper.
+df_hist, figure, out_png)`. Modules: collect, protocol, specs, cells, render, tables, plots, export, paper, autoattack, importance.
 """

@@ -1,0 +1,36 @@
+"""AutoAttack attack by attack, read back from a real MLflow store: the chain per run and the masking hint."""
+from mlflow.tracking import MlflowClient
+
+from analysis.autoattack import breakdown, main, render
+from analysis.collect import load_mlflow_runs
+
+
+def _store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = MlflowClient(uri)
+    exp = c.create_experiment("aa")
+    chains = {"honest": [60.0, 55.5, 55.5, 55.5], "masked": [70.0, 68.0, 68.0, 41.0]}
+    for name, chain in chains.items():
+        run = c.create_run(exp, run_name=name, tags={"ssat.kind": "trial", "ssat.row": name, "ssat.seed": "0"})
+        for a, v in zip(("apgd-ce", "apgd-t", "fab-t", "square"), chain):
+            c.log_metric(run.info.run_id, f"test/best/autoattack/{a}", v)
+        c.log_metric(run.info.run_id, "test/best/autoattack", chain[-1])
+    old = c.create_run(exp, run_name="old", tags={"ssat.kind": "trial"})  # final number only: left out
+    c.log_metric(old.info.run_id, "test/best/autoattack", 50.0)
+    return uri
+
+
+def test_breakdown_per_run_and_the_square_drop(tmp_path, capsys):
+    uri = _store(tmp_path)
+    table = breakdown(load_mlflow_runs(["aa"], uri))
+    assert list(table.run_name) == ["honest", "masked"]
+    assert table.set_index("run_name").loc["masked", ["apgd-ce", "square", "square_drop"]].tolist() == [70.0, 41.0, 27.0]
+    assert table.set_index("run_name").loc["honest", "square_drop"] == 0.0
+    md = render(table)
+    assert "| masked | masked | 0 | 70.00 | 68.00 | 68.00 | 41.00 | 27.00 (masking?) |" in md
+    assert "| honest | honest | 0 | 60.00 | 55.50 | 55.50 | 55.50 | 0.00 |" in md
+    assert main(["--experiment", "aa", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr()
+    assert "masked" in out.out and "1 of 2 run(s): Square found" in out.err
+    assert main(["--experiment", "aa", "--tracking-uri", uri, "--checkpoint", "last"]) == 2
+    assert "no run holds AutoAttack's per-attack results at checkpoint 'last'" in capsys.readouterr().err
