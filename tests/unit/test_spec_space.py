@@ -10,6 +10,7 @@ import re
 
 import optuna
 import pytest
+import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from sweeps.space import check_space, corner_configs, define_by_run, space_function
@@ -533,6 +534,10 @@ def test_load_spec_reads_a_file_and_passes_the_arguments(tmp_path):
         (0.5, 2, "cpu", "/d", 5)
     with pytest.raises(SpecError, match=re.escape(f"{f}: seeds: [1, 1] repeat")):
         load_spec(f, seeds=[1, 1])
+    plain = load_spec(f)  # no arguments: the file's own seeds, resources and device
+    assert (plain.seeds, plain.resources, plain.rescale, plain.max_concurrent) == ([0, 1], {"cpu": 1, "gpu": 0.5},
+                                                                                   None, 1)
+    assert plain.trials()[0].config.system.device == "auto" and plain.trials()[0].config.data.root is None
 
 
 def test_read_yaml_errors(tmp_path):
@@ -541,8 +546,18 @@ def test_read_yaml_errors(tmp_path):
     assert str(err.value) == f"{tmp_path / 'none.yaml'}: no such spec file"
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: a\ngrid: [\n")
-    with pytest.raises(SpecError, match=re.escape(f"{bad}: malformed YAML at line 3, column 1: ")):
+    with pytest.raises(yaml.YAMLError) as parsed:
+        yaml.safe_load(bad.read_text())
+    with pytest.raises(SpecError) as err:
         read_yaml(bad)
+    assert str(err.value) == f"{bad}: malformed YAML at line 3, column 1: {parsed.value.problem}"
+    control = tmp_path / "control.yaml"  # a reader error: no line mark and no 'problem', only its own text
+    control.write_text("name: a\x07\n")
+    with pytest.raises(yaml.YAMLError) as parsed:
+        yaml.safe_load(control.read_text())
+    with pytest.raises(SpecError) as err:
+        read_yaml(control)
+    assert str(err.value) == f"{control}: malformed YAML: {parsed.value}" and "#x0007" in str(err.value)
     tag = tmp_path / "tag.yaml"
     tag.write_text("name: !!python/object:os.system a\n")
     with pytest.raises(SpecError, match=re.escape(f"{tag}: YAML tag not allowed (specs are read with a safe "
