@@ -264,7 +264,7 @@ def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, fli
             log(f"teacher step {step}/{t.steps} | loss {rec['loss']:.4f} (sup {rec['sup']:.4f}, unsup "
                 f"{rec['unsup']:.4f}) | mask rate {rec['mask_rate']:.3f} | "
                 + (f"val acc {acc:.2f}%" if acc is not None else "no validation set")
-                + f" | {rec['seconds']:.1f}s")
+                + f" | {rec['seconds']:.1f}s, about {rec['seconds'] * (t.steps - step) / step:.0f}s left")
             sums, n_sum = {k: zero.clone() for k in sums}, 0
             score = acc if acc is not None else -math.inf
             if score > best_acc or best_state is None or (acc is None and step == t.steps):
@@ -282,8 +282,9 @@ def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, fli
     y_u = arrays.y_train[torch.from_numpy(split.unlabeled)]
     pl_acc = _accuracy(logits_u, y_u) if len(y_u) else None
     val_acc = best_acc if math.isfinite(best_acc) else None
-    log(f"teacher: selected step {best_step} (val acc {val_acc}), pseudo-label acc on the {len(y_u)} unlabeled "
-        f"images {pl_acc if pl_acc is None else round(pl_acc, 2)}%, training {train_seconds:.1f}s "
+    pct = lambda v: "n/a" if v is None else f"{v:.2f}%"  # noqa: E731
+    log(f"teacher: selected step {best_step} (val acc {pct(val_acc)}), pseudo-label acc on the {len(y_u)} unlabeled "
+        f"images {pct(pl_acc)}, training {train_seconds:.1f}s "
         f"({train_cpu_seconds:.1f}s of CPU)")
 
     # The FixMatch row of the main table: the same test protocol as every other model.
@@ -383,8 +384,9 @@ def ensure_teacher(cfg, log: Log = print, *, force: bool = False) -> TeacherFile
     """The driver-side stage: make this config's teacher unless it is cached; return what it made or found."""
     arrays, split = split_for(cfg)
     out = _obtain(cfg, arrays, split, log, force=force)
-    return TeacherFile(teacher_path(cfg, split), teacher_key(cfg, split), split.hash,
-                       json.loads(json.dumps(out.provenance, default=str)))
+    # as TeacherOutputs.save writes it; without the 'verified' flag a load adds (a cache file always is)
+    prov = json.loads(json.dumps({k: v for k, v in out.provenance.items() if k != "verified"}, default=str))
+    return TeacherFile(teacher_path(cfg, split), teacher_key(cfg, split), split.hash, prov)
 
 
 def resolve_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> TeacherOutputs:
@@ -419,7 +421,9 @@ def main(argv=None) -> int:
     from .presets import PRESETS, preset, teacher_preset
 
     ap = argparse.ArgumentParser(prog="python -m ssat.teacher",
-                                 description="Train (or find) the FixMatch teacher of a split.")
+                                 description="Train (or find in the cache) the FixMatch teacher of a split and store "
+                                             "its pseudo-labels: the logits of every unlabeled image, which the "
+                                             "student runs of that split read (Algorithm 1, lines 1-3).")
     ap.add_argument("--preset", default="mnist5k-ssat-mbi", help=f"one of: {', '.join(sorted(PRESETS))}")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="dotted overrides, e.g. teacher.steps=500")
