@@ -8,6 +8,10 @@ F is a key of `FIGURES`, the one registry of the figures (name, drawing function
 
 Figures are drawn with the object API of matplotlib (no pyplot, no global backend), so importing this
 module changes nothing for its caller. `build_figure` returns the figure for inspection.
+
+Every figure states its data under it (`Figure.get_supxlabel()`): the experiment(s), the seeds and the
+protocol of the numbers drawn. Bars start at 0; a cell with one seed has no error bar; a cell without runs
+is written "n/a" where its bar would be.
 """
 from __future__ import annotations
 
@@ -22,7 +26,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from . import collect
+from . import collect, protocol
+from .cells import TableResult
+from .paper import group_title
 from .specs import value
 from .tables import build_table
 
@@ -32,6 +38,66 @@ MAX_CONFIGS = 8
 
 def _figure(name: str) -> Figure:
     return Figure(figsize=FIGURES[name].size, dpi=DPI, layout="constrained")
+
+
+# ---- what a figure shows, said on it ---------------------------------------------------------
+def eps_text(eps: float) -> str:
+    """8/255 as '8/255', anything else as '%g' (0.3)."""
+    k = eps * 255
+    return f"{round(k)}/255" if 0 < eps < 1 and abs(k - round(k)) < 1e-6 else f"{eps:g}"
+
+
+def data_statement(experiments, seeds, counts, unit: str, protocol_text: str) -> str:
+    """'experiment e; seeds 0, 1 (2 per bar); <protocol>': which runs a figure draws and how they were scored.
+    `counts` are the numbers of seeds behind each drawn `unit` (bar, point, curve)."""
+    exps = sorted({str(e) for e in experiments if e is not None and not pd.isna(e)})
+    known = sorted({int(s) for s in seeds if s is not None and not pd.isna(s)})
+    lo, hi = min(counts), max(counts)
+    return (f"{'experiments' if len(exps) > 1 else 'experiment'} {', '.join(exps) or 'unknown'}; "
+            f"seeds {', '.join(map(str, known)) or 'unknown'} ({lo if lo == hi else f'{lo}-{hi}'} per {unit}); "
+            f"{protocol_text}")
+
+
+def _state(fig: Figure, text: str) -> None:
+    """The data statement under the figure (kept inside it by the constrained layout)."""
+    fig.supxlabel(textwrap.fill(text, int(fig.get_figwidth() * 14)), fontsize="small")
+
+
+def _run_seeds(runs: pd.DataFrame) -> list:
+    seed = runs.get("meta.seed", pd.Series(None, index=runs.index, dtype=object))
+    return list(seed.fillna(runs["param.seed"]) if "param.seed" in runs else seed)
+
+
+def _val_protocol(runs: pd.DataFrame, keys) -> str:
+    """Validation metrics of trial runs: the held-out split; val/pgd10 is PGD-10 at the run's eps."""
+    eps = sorted(set(runs.get("param.eps", pd.Series(dtype=float)).dropna().astype(float)))
+    pgd = f" (PGD-10 at eps {', '.join(map(eps_text, eps)) or 'of the run'})" if "val/pgd10" in keys else ""
+    return f"protocol: validation split, {', '.join(keys)}{pgd}, trial runs"
+
+
+def _table_statement(df_runs: pd.DataFrame, result: TableResult, cells: pd.DataFrame, unit: str) -> str:
+    """Experiments, seeds and the protocol of the drawn cells of a table; test subsets named with their columns."""
+    drawn = cells[cells["n"] > 0]
+    opts = result.options
+    labels = {c.key: c.label for c in result.columns}
+    eps = sorted({protocol.dataset_eps(g.split("/")[0]) for g in drawn["group"]})
+    records = df_runs.set_index("run_id")
+    subsets = set()
+    for line in drawn[drawn["subset"]].itertuples():
+        tag = f"protocol.{opts.checkpoint}/{line.column}"
+        for rid in line.run_ids:
+            rec = protocol.parse_record(records.at[rid, tag]) if tag in records else None
+            if protocol.is_subset(rec):
+                subsets.add(f"{labels[line.column]} on {rec.get('subset')}")
+    proto = opts.protocol()
+    has_pgd = any(k.startswith("pgd") for k in labels)
+    pgd = f", PGD step eps*{proto.step_ratio:g}, {proto.restarts} restart" if has_pgd else ""
+    aa = f", AutoAttack {proto.autoattack_version}" if "autoattack" in labels else ""
+    text = (f"protocol: test set, checkpoint {proto.checkpoint}, {proto.precision}, {', '.join(labels.values())}, "
+            f"{proto.norm} eps {', '.join(map(eps_text, eps))}{pgd}{aa}; "
+            + (f"test subsets: {', '.join(sorted(subsets))}" if subsets else "full test set"))
+    return data_statement([e for es in drawn["experiments"] for e in es], [s for ss in drawn["seeds"] for s in ss],
+                          list(drawn["n"]), unit, text)
 
 
 # ---- Figs. 4 and 5 ---------------------------------------------------------------------------
@@ -45,12 +111,14 @@ def _sweep(df_runs: pd.DataFrame, figure: str, table: str, title: str, xlabel: s
     for ax, col in zip(axes, result.columns):
         for group in result.groups:
             part = cells[(cells["group"] == group) & (cells["column"] == col.key)].sort_values("x")
-            ax.errorbar(part["x"], part["mean"], yerr=part["std"].fillna(0.0), marker="o", capsize=3,
-                        label=group)
+            # error bars only where two or more seeds give a std
+            ax.errorbar(part["x"], part["mean"], yerr=part["std"], errorevery=(part["n"] >= 2).to_numpy(),
+                        marker="o", capsize=3, label=group)
         ax.set(title=col.label, xlabel=xlabel, ylabel="accuracy (%)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize="small")
     fig.suptitle(title)
+    _state(fig, _table_statement(df_runs, result, cells, "point"))
     return fig
 
 
@@ -97,6 +165,9 @@ def pareto_figure(df_runs: pd.DataFrame, x: str = "val/clean", y: str = "val/pgd
     ax.set(xlabel=f"{x} (%)", ylabel=f"{y} (%)", title="Clean versus robust accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+    drawn = runs.dropna(subset=cols)
+    _state(fig, data_statement(drawn["experiment"], _run_seeds(drawn), [1] * len(drawn), "point",
+                               _val_protocol(drawn, (x, y)) + " (last reported epoch)"))
     return fig
 
 
@@ -143,6 +214,13 @@ def _configs(df_runs: pd.DataFrame, df_hist: pd.DataFrame, key: str, stages=None
     return dict(list(groups.items())[:MAX_CONFIGS])
 
 
+def _history_statement(df_runs: pd.DataFrame, configs: dict[str, list], what) -> str:
+    """The statement of a per-configuration figure; `what(drawn runs)` says what was measured."""
+    drawn = df_runs[df_runs["run_id"].isin([r for ids in configs.values() for r in ids])]
+    return data_statement(drawn["experiment"], _run_seeds(drawn), [len(v) for v in configs.values()],
+                          "configuration", what(drawn))
+
+
 def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_) -> Figure:
     """val/clean and val/pgd10 per epoch (mean +- std over seeds); eps_max, rho and lr below."""
     configs = _configs(df_runs, df_hist, "val/pgd10", stages)
@@ -152,7 +230,9 @@ def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_
         for key, style in (("val/clean", "--"), ("val/pgd10", "-")):
             s = _seed_stats(df_hist, ids, key)
             axes[0].plot(s.index, s["mean"], style, color=f"C{i}", label=f"{label} {key}")
-            axes[0].fill_between(s.index, s["mean"] - s["std"], s["mean"] + s["std"], color=f"C{i}", alpha=0.15)
+            if len(ids) >= 2:  # one seed has no spread to show
+                axes[0].fill_between(s.index, s["mean"] - s["std"], s["mean"] + s["std"], color=f"C{i}",
+                                     alpha=0.15)
         for ax, key in zip(axes[1:], ("sched/eps_max", "sched/rho", "sched/lr")):
             s = _seed_stats(df_hist, ids, key)
             ax.plot(s.index, s["mean"], color=f"C{i}")
@@ -160,6 +240,8 @@ def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_
     axes[0].set(ylabel="validation accuracy (%)", title="Learning curves (mean +- std over seeds)")
     axes[0].legend(fontsize="x-small", ncol=2)
     axes[-1].set_xlabel("epoch")
+    _state(fig, _history_statement(df_runs, configs,
+                                   lambda runs: _val_protocol(runs, ("val/clean", "val/pgd10")) + ", per epoch"))
     return fig
 
 
@@ -183,28 +265,42 @@ def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_)
         ax.set(xlabel="epoch", ylim=(0, 1))
     axes[0].set_ylabel("share of samples / mean alpha")
     axes[0].legend(fontsize="x-small", loc="lower left")
+    _state(fig, _history_statement(df_runs, configs, lambda _: "alpha_hat of the training batches' adversarial "
+                                   "examples (adv/alpha_*), per epoch, trial runs"))
     return fig
 
 
 # ---- Tables 2 and 4 --------------------------------------------------------------------------
 def ablation_figure(df_runs: pd.DataFrame, table: str = "ablation", **options) -> Figure:
-    """Table 2 (or 4) as bars: one panel per metric, one bar per row, error bars = std over seeds (ddof 1)."""
+    """Table 2 (or 4) as bars from 0: one panel per metric, one bar per row of the first column group, labelled
+    with the table's mean; error bars = std over seeds (ddof 1) where a cell has two or more; "n/a" where a
+    row has no runs."""
     result = build_table(df_runs, table, **options)
+    group = result.groups[0]
     fig = _figure("ablation")
     axes = fig.subplots(1, len(result.columns), squeeze=False)[0]
     rows = [r for block in result.blocks for r in block]
-    cells = result.cells[result.cells["group"] == result.groups[0]] if result.groups else result.cells
+    cells = result.cells[result.cells["group"] == group]
+    x = np.arange(len(rows))
     for ax, col in zip(axes, result.columns):
         part = cells[cells["column"] == col.key].set_index("row").reindex(rows)
-        ax.bar(range(len(rows)), part["mean"].fillna(0.0), yerr=part["std"].fillna(0.0), capsize=3,
-               color=["#9ecae1" if "no-int" in r else "#3182bd" for r in rows])
-        ax.set_xticks(range(len(rows)), rows, rotation=30, ha="right", fontsize="small")
+        n = part["n"].fillna(0).to_numpy()
+        has = n > 0
+        bars = ax.bar(x[has], part["mean"][has], yerr=part["std"][has], capsize=3,
+                      error_kw={"errorevery": n[has] >= 2},
+                      color=["#9ecae1" if "no-int" in r else "#3182bd" for r in np.array(rows)[has]])
+        ax.bar_label(bars, fmt=f"%.{col.decimals}f", label_type="center", fontsize="x-small")
+        for xi in x[~has]:
+            ax.text(xi, 0.01, "n/a", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                    fontsize="small", color="0.4")
+        ax.set_xticks(x, rows, rotation=30, ha="right", fontsize="small")
         ax.set(title=col.label, ylabel="accuracy (%)")
-        finite = part["mean"].dropna()
-        if len(finite):
-            ax.set_ylim(max(0.0, finite.min() - 10), min(100.0, finite.max() + 5))
+        # from 0: a cut axis would magnify the differences between the bars
+        ax.set_ylim(0, 100 if col.kind == "acc" else None)
         ax.grid(alpha=0.3, axis="y")
-    fig.suptitle(f"{result.spec.paper}: {result.spec.caption} ({', '.join(result.groups)})", fontsize="medium")
+    others = f"; not drawn: {', '.join(map(group_title, result.groups[1:]))}" if len(result.groups) > 1 else ""
+    fig.suptitle(f"{result.spec.paper}: {result.spec.caption} ({group_title(group)}{others})", fontsize="medium")
+    _state(fig, _table_statement(df_runs, result, cells, "bar"))
     return fig
 
 

@@ -1,6 +1,7 @@
 """analysis.plots on hand-built runs: PNG files of the expected size, and the plotted values (error-bar centres
 and ends, bar heights, bands, stacked shares) read back from the Figure and compared with means and sample
-stds (ddof=1) computed here from the metric values typed into the runs."""
+stds (ddof=1) computed here from the metric values typed into the runs; bars from 0, no error bar for one seed,
+"n/a" for a row without runs, and the data statement (experiments, seeds, protocol) under every figure."""
 import json
 import statistics
 
@@ -10,7 +11,7 @@ from matplotlib.container import ErrorbarContainer
 from matplotlib.image import imread
 
 from analysis.collect import history_frame, runs_frame
-from analysis.plots import build_figure, pareto_mask, plot_figure
+from analysis.plots import FIGURES, build_figure, pareto_mask, plot_figure
 
 EPS = 8 / 255
 
@@ -82,6 +83,11 @@ def check_series(container, xs, runs_at_x, offset=0.0):
     for (x, y, lo, hi), ids in zip(got, runs_at_x):
         m, sd = mean_std([clean(i) - offset for i in ids])
         assert (y, lo, hi) == pytest.approx((m, m - sd, m + sd)), x
+
+
+def na_positions(ax):
+    """x of every "n/a" label of an axes (a cell without runs)."""
+    return sorted(t.get_position()[0] for t in ax.texts if t.get_text() == "n/a")
 
 
 def band(collection):
@@ -214,9 +220,12 @@ def test_ablation_bars_are_the_tables_means_and_stds(tmp_path):
     for ax, offset in zip(fig.axes, (0, 20, 40)):
         assert [t.get_text() for t in ax.get_xticklabels()] == rows
         (bars,) = [c for c in ax.containers if not isinstance(c, ErrorbarContainer)]
-        for r, patch, (_, _, lo, hi) in zip(rows, bars.patches, errorbars(bars.errorbar)):
-            m, sd = mean_std([clean(i) - offset for i in runs_of[r]]) if r in runs_of else (0.0, 0.0)
-            assert (patch.get_height(), lo, hi) == pytest.approx((m, m - sd, m + sd)), r
+        # a bar (and its error bar) only where a row has runs, at that row's tick; the others read "n/a"
+        assert [p.get_x() + p.get_width() / 2 for p in bars.patches] == [rows.index(r) for r in runs_of]
+        for r, patch, (x, _, lo, hi) in zip(runs_of, bars.patches, errorbars(bars.errorbar)):
+            m, sd = mean_std([clean(i) - offset for i in runs_of[r]])
+            assert (x, patch.get_height(), lo, hi) == pytest.approx((rows.index(r), m, m - sd, m + sd)), r
+        assert na_positions(ax) == [rows.index(r) for r in rows if r not in runs_of]
     assert png_size(plot_figure(runs_frame(recs), None, "ablation", tmp_path / "ab.png")) == expected_size("ablation")
 
 
@@ -225,3 +234,92 @@ def test_unknown_figure_lists_the_valid_ones(beta_runs):
         build_figure(beta_runs, None, "loss")
     with pytest.raises(ValueError, match="needs the per-epoch history"):
         build_figure(beta_runs, None, "curves")
+
+
+def test_bars_start_at_zero_one_seed_has_no_error_bar_and_an_empty_row_reads_na():
+    recs = [trial(i, "ablation", i, schedule="const", interpolate="False") for i in range(2)]  # 2 seeds
+    recs.append(trial(7, "ablation", 0, schedule="curious", interpolate="True", t=70, gamma=1.25))  # 1 seed
+    fig = build_figure(runs_frame(recs), None, "ablation")
+    rows = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    one, two = rows.index("Cur.|int"), rows.index("none|no-int")
+    for ax, offset in zip(fig.axes, (0, 20, 40)):
+        assert ax.get_ylim() == (0, 100)
+        (bars,) = [c for c in ax.containers if not isinstance(c, ErrorbarContainer)]
+        assert [p.get_y() for p in bars.patches] == [0, 0]  # drawn from 0, not from the lowest mean
+        assert [p.get_x() + p.get_width() / 2 for p in bars.patches] == [two, one]
+        assert [p.get_height() for p in bars.patches] == [80.5 - offset, clean(7) - offset]
+        (x, _, lo, hi), = errorbars(bars.errorbar)  # the one-seed bar has none
+        sd = statistics.stdev([80.0, 81.0])
+        assert (x, lo, hi) == pytest.approx((two, 80.5 - offset - sd, 80.5 - offset + sd))
+        assert na_positions(ax) == [i for i in range(6) if i not in (one, two)]
+        labels = [t.get_text() for t in ax.texts if t.get_text() != "n/a"]
+        assert labels == [f"{80.5 - offset:.2f}", f"{clean(7) - offset:.2f}"]  # the table's means, on the bars
+
+
+def test_a_one_seed_point_of_a_sweep_has_no_error_bar():
+    recs = [trial(i, "beta-sensitivity", i, beta=0.4) for i in range(2)] + [trial(5, "beta-sensitivity", 0, beta=1.0)]
+    fig = build_figure(runs_frame(recs), None, "beta")
+    for ax in fig.axes:
+        (container,) = ax.containers
+        assert list(container.lines[0].get_xdata()) == [0.4, 1.0]  # both points drawn
+        assert [x for x, *_ in errorbars(container)] == [0.4]      # one error bar: beta 0.4 has two seeds
+
+
+def test_a_one_seed_configuration_has_no_band(curves_data):
+    runs, hist = curves_data
+    fig = build_figure(runs.iloc[:4], hist, "curves")  # none|int: 3 seeds, Cur.|int: 1 seed
+    top = fig.axes[0]
+    assert len(top.get_lines()) == 4 and len(top.collections) == 2  # bands of none|int's clean and pgd10 only
+    assert "(1-3 per configuration)" in fig.get_supxlabel()
+
+
+def statement(fig):
+    return " ".join(fig.get_supxlabel().split())  # unwrapped
+
+
+def test_every_figure_states_its_data(beta_runs, rho_runs, curves_data):
+    runs, hist = curves_data
+    table = ("; protocol: test set, checkpoint best, fp32, Clean, PGD-20, AutoAttack, Linf eps 8/255, PGD step "
+             "eps*0.1, 1 restart, AutoAttack standard; full test set")
+    expected = {
+        "beta": (beta_runs, None, "experiment e; seeds 0, 1 (2 per point)" + table),
+        "rho": (rho_runs, None, "experiment e; seeds 0, 1 (2 per point)" + table),
+        "ablation": (runs, None, "experiment e; seeds 0, 1, 2 (3 per bar)" + table),
+        "pareto": (runs, None, "experiment e; seeds 0, 1, 2 (1 per point); protocol: validation split, val/clean, "
+                   "val/pgd10 (PGD-10 at eps of the run), trial runs (last reported epoch)"),
+        "curves": (runs, hist, "experiment e; seeds 0, 1, 2 (3 per configuration); protocol: validation split, "
+                   "val/clean, val/pgd10 (PGD-10 at eps of the run), trial runs, per epoch"),
+        "alpha": (runs, hist, "experiment e; seeds 0, 1, 2 (3 per configuration); alpha_hat of the training "
+                  "batches' adversarial examples (adv/alpha_*), per epoch, trial runs"),
+    }
+    assert set(expected) == set(FIGURES)
+    for name, (df, h, text) in expected.items():
+        assert statement(build_figure(df, h, name)) == text, name
+
+
+def test_the_statement_names_test_subsets_and_every_experiment():
+    recs = [{**trial(i, "ablation", i, schedule="const", interpolate="False"), "experiment": f"demo{i}"}
+            for i in range(2)]
+    for r in recs:
+        r["protocol.best/autoattack"] = r["protocol.best/autoattack"].replace('"full"', '"first200"')
+    text = statement(build_figure(runs_frame(recs), None, "ablation", allow_subset=True))
+    assert text.startswith("experiments demo0, demo1; seeds 0, 1 (2 per bar);")
+    assert text.endswith("; test subsets: AutoAttack on first200")
+    strict = build_figure(runs_frame(recs), None, "ablation")  # without --allow-subset AutoAttack is left out
+    assert [ax.get_title() for ax in strict.axes] == ["Clean", "PGD-20"]
+    assert statement(strict).endswith("Clean, PGD-20, Linf eps 8/255, PGD step eps*0.1, 1 restart; full test set")
+
+
+def test_the_pareto_statement_gives_the_validation_eps():
+    runs = runs_frame([{**trial(i, "", i, beta=i / 10), "param.eps": str(8 / 255)} for i in range(3)])
+    assert statement(build_figure(runs, None, "pareto")) == (
+        "experiment e; seeds 0, 1, 2 (1 per point); protocol: validation split, val/clean, val/pgd10 (PGD-10 at eps "
+        "8/255), trial runs (last reported epoch)")
+
+
+def test_the_ablation_figure_says_which_column_group_it_draws():
+    recs = [trial(i, "ablation", i, schedule="const", interpolate="False", dataset=ds, model=m)
+            for i, (ds, m) in enumerate([("cifar10", "wrn-28-5"), ("cifar100", "wrn-28-2")])]
+    fig = build_figure(runs_frame(recs), None, "ablation")
+    assert fig.get_suptitle().endswith("(CIFAR-10 (WideResNet-28-5); not drawn: CIFAR-100 (WideResNet-28-2))")
+    assert statement(fig).startswith("experiment e; seeds 0 (1 per bar);")  # the CIFAR-100 run (seed 1) is not drawn
