@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
-.PHONY: venv demo test test-unit test-integration test-slow bench lock
+.PHONY: venv demo test test-unit test-integration test-slow bench lock mutation
 venv: $(STAMP)
 
 demo: $(STAMP)
@@ -30,6 +30,10 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/step_time.py
+
+# Mutation scores of the unit tier (tests/MUTATION.md): MODULE=ssat/schedules.py for one module, none for all.
+mutation: $(STAMP)
+	$(BIN)/python -m tests.mutation $(MODULE)
 
 # Re-resolve the full dependency set (run after changing pyproject.toml's pins).
 lock: $(STAMP)

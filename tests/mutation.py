@@ -1,0 +1,473 @@
+"""Mutation scores per module with mutmut: python -m tests.mutation [MODULE ...] (tests/MUTATION.md).
+
+MODULE is a source path (ssat/schedules.py) or a dotted name (ssat.schedules); none means every module.
+One `mutmut run` tests the modules' mutants (a fixed, seeded sample for the big ones), each against the
+unit tests that mutmut's stats say reach the mutated function; then the scores are printed per module,
+written to mutants/scores.json, and the surviving mutants listed (inspect one with `mutmut show NAME`).
+
+Score = killed / (mutants - listed equivalents). Survived, no tests, timeout, suspicious, segfault and
+not checked (the time budget ran out) all count against the score.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import fcntl
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MUTANTS = ROOT / "mutants"
+STATS = MUTANTS / "mutmut-stats.json"
+FINGERPRINTS = MUTANTS / "mutation-fingerprints.json"
+SCORES = MUTANTS / "scores.json"
+LOG = MUTANTS / "mutation.log"
+DOC = ROOT / "tests" / "MUTATION.md"
+SOURCE_PATHS = ("ssat", "sweeps", "analysis")  # = [tool.mutmut] source_paths
+UNIT = "tests/unit"
+
+# Big modules run a fixed sample: the same mutants every run while the code stands still.
+SAMPLED = ("ssat/train.py", "ssat/teacher.py", "ssat/config.py", "ssat/datasets.py", "analysis/*.py")
+SAMPLE_SIZE = 200
+SAMPLE_SEED = 13
+EQUIVALENT_CAP = 0.05  # at most this share of a module's (run) mutants may be listed as equivalent
+# One thread per process: torch's pools are not fork-safe and two cores are shared by the workers.
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+SPINNER = re.compile(r"^[\u2800-\u28ff] ")
+
+
+# ---- modules and mutant names -----------------------------------------------------------------
+
+def all_modules() -> list[str]:
+    """Every mutatable source file, as a repo-relative path (ssat/schedules.py)."""
+    return sorted(p.relative_to(ROOT).as_posix() for src in SOURCE_PATHS for p in (ROOT / src).rglob("*.py"))
+
+
+def resolve_module(arg: str) -> str:
+    """'ssat/schedules.py', './ssat/schedules.py' or 'ssat.schedules' -> 'ssat/schedules.py'."""
+    path = arg.strip().removeprefix("./")
+    if not path.endswith(".py"):
+        path = path.replace(".", "/") + ".py"
+    known = all_modules()
+    if path not in known:
+        raise SystemExit(f"MODULE {arg!r}: not a source file of mutmut's source_paths {list(SOURCE_PATHS)}; "
+                         f"allowed: {', '.join(known)}")
+    return path
+
+
+def dotted(module: str) -> str:
+    return module.removesuffix(".py").replace("/", ".")
+
+
+def is_sampled(module: str) -> bool:
+    return any(fnmatch.fnmatch(module, pattern) for pattern in SAMPLED)
+
+
+def by_number(name: str) -> tuple[str, int]:
+    """Sort key: ssat.schedules.x_lr_at__mutmut_2 before ..._10."""
+    head, _, number = name.rpartition("__mutmut_")
+    return head, int(number) if number.isdigit() else 0
+
+
+def mutant_names(module: str) -> list[str]:
+    """Every mutant mutmut generated for `module`, from its state file mutants/<module>.meta."""
+    meta = MUTANTS / (module + ".meta")
+    if not meta.exists():
+        return []
+    return sorted(json.loads(meta.read_text())["exit_code_by_key"], key=by_number)
+
+
+def exit_codes(module: str) -> dict[str, int | None]:
+    meta = MUTANTS / (module + ".meta")
+    return json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+
+
+def forget_results(module: str, run: list[str]) -> None:
+    """Clear the last verdicts of the mutants about to run: one that this run leaves unchecked (the
+    budget ran out) must not keep an old verdict."""
+    meta = MUTANTS / (module + ".meta")
+    data = json.loads(meta.read_text())
+    for name in run:
+        data["exit_code_by_key"][name] = None
+    meta.write_text(json.dumps(data, indent=4))
+
+
+def select_mutants(module: str, names: list[str], full: bool) -> list[str]:
+    """All of a module's mutants, or for a big module the SAMPLE_SIZE whose seeded hash sorts first:
+    the same sample every run, and an edit elsewhere in the module does not redraw it."""
+    if full or not is_sampled(module) or len(names) <= SAMPLE_SIZE:
+        return names
+    drawn = sorted(names, key=lambda n: hashlib.sha256(f"{SAMPLE_SEED}:{n}".encode()).hexdigest())[:SAMPLE_SIZE]
+    return sorted(drawn, key=by_number)
+
+
+def listed_equivalents(doc: Path = DOC) -> dict[str, str]:
+    """Mutant name -> reason, from the ```equivalent-mutants fenced block of tests/MUTATION.md."""
+    m = re.search(r"^```equivalent-mutants\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
+    out = {}
+    for line in (m.group(1) if m else "").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, _, reason = line.partition(" ")
+            out[name] = reason.strip()
+    return out
+
+
+def unreachable(module: str) -> list[str]:
+    """Code in `module` that mutmut never mutates and that looks like logic: decorated functions (all but
+    @staticmethod / @classmethod) and lambdas in module-level assignments. Lines 'path:line what'."""
+    tree = ast.parse((ROOT / module).read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.decorator_list:
+            decorators = [ast.unparse(d) for d in node.decorator_list]
+            if decorators not in (["staticmethod"], ["classmethod"]):
+                out.append(f"{module}:{node.lineno} {node.name} (@{', @'.join(decorators)})")
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(isinstance(n, ast.Lambda) for n in ast.walk(node)):
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            out.append(f"{module}:{node.lineno} {ast.unparse(target)} (lambdas in a module-level table)")
+    return out
+
+
+# ---- scores ------------------------------------------------------------------------------------
+
+@dataclass
+class Score:
+    module: str
+    mutants: int
+    killed: int
+    survived: int
+    equivalents: int
+    score: float | None
+    seconds: float
+    sampled: bool
+    unchecked: int = 0
+    survivors: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def score_module(module: str, run: list[str], codes: dict[str, int | None], equivalents: dict[str, str],
+                 seconds: float, sampled: bool) -> Score:
+    """Score = killed / (run - accepted equivalents); every status other than killed is a survivor.
+
+    A listed equivalent counts only if it is one of this run's mutants and was not killed; at most
+    EQUIVALENT_CAP of the run's mutants are accepted (the rest are reported as problems).
+    """
+    from mutmut.stats import status_by_exit_code
+
+    problems = []
+    status = {name: "not checked" if codes.get(name) is None else status_by_exit_code[codes[name]] for name in run}
+    killed = [n for n in run if status[n] == "killed"]
+    own = {n for n in equivalents if n.startswith(dotted(module) + ".")}
+    stale = sorted(own - set(mutant_names(module)))
+    if stale:
+        problems.append(f"listed equivalents that no longer exist (renumbered?): {', '.join(stale)}")
+    wrongly = sorted(n for n in own & set(killed))
+    if wrongly:
+        problems.append(f"listed equivalents that the tests kill (not equivalent): {', '.join(wrongly)}")
+    eq = sorted(n for n in own & set(run) if status[n] != "killed")
+    cap = int(EQUIVALENT_CAP * len(run))
+    if len(eq) > cap:
+        problems.append(f"{len(eq)} equivalents listed, at most {cap} ({EQUIVALENT_CAP:.0%}) accepted: "
+                        f"{', '.join(eq[cap:])} not accepted")
+        eq = eq[:cap]
+    survivors = [n for n in run if status[n] != "killed" and n not in eq]
+    denominator = len(run) - len(eq)
+    return Score(module=module, mutants=len(run), killed=len(killed), survived=len(survivors), equivalents=len(eq),
+                 score=round(100.0 * len(killed) / denominator, 1) if denominator else None,
+                 seconds=round(seconds, 1), sampled=sampled,
+                 unchecked=sum(status[n] == "not checked" for n in run),
+                 survivors=[f"{n}: {status[n]}" for n in survivors], problems=problems)
+
+
+def table(scores: list[Score]) -> str:
+    head = f"{'module':<24} {'mutants':>8} {'killed':>7} {'survived':>9} {'equiv':>6} {'score':>7} {'seconds':>8}"
+    rows = [head, "-" * len(head)]
+    for s in scores:
+        score = "-" if s.score is None else f"{s.score:.1f}%"
+        note = (" (sample)" if s.sampled else "") + (f" ({s.unchecked} not checked)" if s.unchecked else "")
+        rows.append(f"{s.module:<24} {s.mutants:>8} {s.killed:>7} {s.survived:>9} {s.equivalents:>6} {score:>7} "
+                    f"{s.seconds:>8.0f}{note}")
+    return "\n".join(rows)
+
+
+def save_scores(scores: list[Score]) -> None:
+    """Merge into mutants/scores.json: a one-module run replaces that module's entry only."""
+    data = json.loads(SCORES.read_text()) if SCORES.exists() else {}
+    for s in scores:
+        data[s.module] = {**asdict(s), "sample_seed": SAMPLE_SEED if s.sampled else None}
+    SCORES.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+
+
+# ---- keeping mutmut's test stats current -------------------------------------------------------
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def fingerprints() -> dict[str, str]:
+    """Hashes of the files whose change makes mutmut's test->function map stale: tests and sources."""
+    files = [*ROOT.glob("tests/*.py"), *ROOT.glob(f"{UNIT}/**/*.py"), *(ROOT / m for m in all_modules())]
+    return {p.relative_to(ROOT).as_posix(): digest(p) for p in sorted(files)}
+
+
+def importers(test_files: set[str]) -> set[str]:
+    """The unit test files that import any of `test_files` (tests/fakedata.py, tests/unit/test_x.py ...)."""
+    wanted = {f.removesuffix(".py").replace("/", ".") for f in test_files}
+    out = set()
+    for path in ROOT.glob(f"{UNIT}/**/*.py"):
+        text = path.read_text()
+        imported = re.findall(r"^\s*(?:from|import)\s+(tests(?:\.\w+)+)", text, flags=re.M)
+        imported += [f"{pkg}.{name}" for pkg, name in re.findall(r"^\s*from\s+(tests(?:\.unit)?)\s+import\s+(\w+)",
+                                                                text, flags=re.M)]
+        if wanted & {m for name in imported for m in (name, name.rpartition(".")[0])}:
+            out.add(path.relative_to(ROOT).as_posix())
+    return out
+
+
+def refresh_stats(now: dict[str, str]) -> str:
+    """Forget the stats of tests that may now reach other functions, so mutmut re-collects just those.
+
+    mutmut re-collects only tests it has never seen; a changed test file or source module would leave
+    its map stale (a test that now calls f would not be run against f's mutants). Dropped from the map:
+    the tests of a changed unit test file and of the unit test files that import a changed test file
+    (tests/fakedata.py, another test module), and every test that reached a changed source module.
+    Without a record of the files the map was made from, the whole map goes (a full, slower collection).
+    """
+    if not STATS.exists():
+        return "no stats yet: full collection"
+    if not FINGERPRINTS.exists():
+        STATS.unlink()
+        return "stats of unknown age: full collection"
+    before = json.loads(FINGERPRINTS.read_text())
+    changed = {f for f in before.keys() | now.keys() if before.get(f) != now.get(f)}
+    changed_tests = {f for f in changed if f.startswith("tests/")}
+    test_files = {f for f in changed_tests if f.startswith(UNIT + "/")} | importers(changed_tests)
+    modules = tuple(dotted(f) + "." for f in changed - changed_tests)
+    if not test_files and not modules:
+        return "stats current"
+    stats = json.loads(STATS.read_text())
+    tests_by_function = stats["tests_by_mangled_function_name"]
+    drop = {t for t in stats["duration_by_test"] if t.split("::")[0] in test_files}
+    drop |= {t for fn, tests in tests_by_function.items() if fn.startswith(modules) for t in tests}
+    for t in drop:
+        stats["duration_by_test"].pop(t, None)
+    stats["tests_by_mangled_function_name"] = {fn: [t for t in tests if t not in drop]
+                                               for fn, tests in tests_by_function.items()}
+    STATS.write_text(json.dumps(stats, indent=4))
+    return f"{len(changed)} files changed: the stats of {len(drop)} tests are re-collected"
+
+
+# ---- a pytest plugin for the mutants' runs ([tool.mutmut] pytest_add_cli_args: -p tests.mutation) ----
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """In a mutant's run: the test files in order of their recorded time, cheapest first, so that a
+    killed mutant dies on a fast test (mutmut hands the tests over as an unordered set; it stops at
+    the first failure). A file's tests stay together and in order: module fixtures are built once."""
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    try:
+        durations = json.loads(Path("mutmut-stats.json").read_text())["duration_by_test"]
+    except (OSError, ValueError, KeyError):
+        return
+    cost: dict[str, float] = {}
+    for item in items:
+        f = item.nodeid.split("::")[0]
+        cost[f] = cost.get(f, 0.0) + durations.get(item.nodeid, 0.0)
+    items.sort(key=lambda item: (cost[item.nodeid.split("::")[0]], item.nodeid.split("::")[0], item.location[1] or 0))
+
+
+# ---- running mutmut ----------------------------------------------------------------------------
+
+def mutmut_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
+    return {**env, **THREAD_ENV}
+
+
+def log_stream(proc: subprocess.Popen, log, said: list[str]) -> None:
+    """Copy mutmut's spinner output to the log as lines (one per change), and into `said`."""
+    last = None
+    for chunk in iter(lambda: proc.stdout.read1(4096), b""):
+        for line in re.split(r"[\r\n]+", chunk.decode(errors="replace")):
+            line = SPINNER.sub("", line.strip())
+            if line and line != last:
+                log.write(line + "\n")
+                last = line
+                said.append(line)
+    log.flush()
+
+
+def run_mutmut(args: list[str], budget: float, log) -> tuple[int, float, list[str]]:
+    """Run `mutmut ARGS` with a wall-clock budget; past it, stop it as Ctrl-C does (results so far kept).
+
+    Returns mutmut's exit code, the wall time and its output lines.
+    """
+    mutmut = Path(sys.executable).with_name("mutmut")
+    log.write(f"\n$ mutmut {' '.join(args[:6])}{' ...' if len(args) > 6 else ''}\n")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(mutmut), *args], cwd=ROOT, env=mutmut_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    said: list[str] = []
+    reader = threading.Thread(target=log_stream, args=(proc, log, said), daemon=True)
+    reader.start()
+    deadline, next_note = t0 + budget, t0 + 60
+    while proc.poll() is None:
+        now = time.perf_counter()
+        if now > deadline:
+            print(f"  budget of {budget:.0f} s spent: stopping mutmut", flush=True)
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            break
+        if now > next_note:
+            print(f"  {now - t0:5.0f} s  {(said or [''])[-1][:100]}", flush=True)
+            next_note = now + 60
+        time.sleep(0.5)
+    reader.join(timeout=10)
+    return proc.returncode, time.perf_counter() - t0, said
+
+
+GENERATE = """
+from mutmut.__main__ import copy_also_copy_files, copy_src_dir, create_mutants
+from mutmut.mutation.trampoline import set_mutant_under_test
+set_mutant_under_test("mutant_generation")
+copy_src_dir()
+copy_also_copy_files()
+s = create_mutants({children})
+print(f"mutants: {{s.mutated}} files mutated, {{s.unmodified}} unchanged")
+"""
+
+
+def generate(children: int, log) -> None:
+    """mutmut's own generation step (as `mutmut run` does it first), so that names can be sampled before the run."""
+    MUTANTS.mkdir(exist_ok=True)
+    proc = subprocess.run([sys.executable, "-c", GENERATE.format(children=children)], cwd=ROOT, env=mutmut_env(),
+                          stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode:
+        raise SystemExit(f"mutant generation failed (exit {proc.returncode}); see {LOG}")
+
+
+def explain_failure(modules: list[str], log) -> None:
+    """mutmut says only 'failed to collect stats' / 'Failed to run clean test': show the failing test."""
+    tests = [UNIT]
+    if STATS.exists():
+        keys = tuple(dotted(m) + "." for m in modules)
+        hit = {t for fn, ts in json.loads(STATS.read_text())["tests_by_mangled_function_name"].items()
+               if fn.startswith(keys) for t in ts}
+        tests = sorted(hit) or tests
+    print(f"the unmutated tests fail; running them in mutants/ ({len(tests)} node ids):", flush=True)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--rootdir=.",
+                           *tests], cwd=MUTANTS, env=mutmut_env(), capture_output=True, text=True)
+    log.write(proc.stdout + proc.stderr)
+    print("\n".join("    " + line for line in (proc.stdout + proc.stderr).strip().splitlines()[-25:]))
+
+
+def lock():
+    """One run at a time per checkout: concurrent mutmut runs would overwrite each other's mutants/."""
+    MUTANTS.mkdir(exist_ok=True)
+    handle = open(MUTANTS / ".mutation.lock", "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("another mutation run holds mutants/.mutation.lock: waiting for it", flush=True)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def child_seconds(log_path: Path) -> dict[str, float]:
+    """Mutant -> seconds its child ran, from the fork server's log ([tool.mutmut] log_to_file)."""
+    done = re.compile(r"Completed (\S+): exit=\S+ \(([0-9.]+)s\)")
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    return {m.group(1): float(m.group(2)) for m in done.finditer(text)}
+
+
+def plan(modules: list[str], full: bool) -> tuple[dict[str, list[str]], list[str]]:
+    """Module -> the mutants to run, and mutmut's selectors: `module.*` for a whole module, names for a sample."""
+    runs, selectors = {}, []
+    for module in modules:
+        names = mutant_names(module)
+        if not names:
+            continue  # nothing mutmut can mutate here (MUTATION.md)
+        runs[module] = select_mutants(module, names, full)
+        sampled = len(runs[module]) < len(names)
+        selectors += runs[module] if sampled else [f"{dotted(module)}.*"]
+        print(f"{module}: {len(runs[module])} of {len(names)} mutants{' (sample)' if sampled else ''}", flush=True)
+    return runs, selectors
+
+
+def report(scores: list[Score], workers: int, wall: float, total: float) -> None:
+    print("\n" + table(scores))
+    for s in scores:
+        for problem in s.problems:
+            print(f"PROBLEM {s.module}: {problem}")
+        if s.survivors:
+            print(f"\nsurvivors in {s.module} (mutmut show NAME):")
+            print("\n".join("  " + line for line in s.survivors))
+    print(f"\nseconds: a module's share of the mutants' run (its mutants' test time / {workers} workers); "
+          f"the mutants' run took {wall:.0f} s, all {total:.0f} s")
+    print(f"scores: {SCORES.relative_to(ROOT)}; mutmut's output: {LOG.relative_to(ROOT)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.split("\n")[0])
+    ap.add_argument("modules", nargs="*", metavar="MODULE", help="ssat/schedules.py or ssat.schedules; none: all")
+    ap.add_argument("--full", action="store_true", help=f"all mutants of the big modules too (default: a "
+                                                        f"{SAMPLE_SIZE}-mutant sample, seed {SAMPLE_SEED})")
+    ap.add_argument("--budget", type=float, default=3600.0,
+                    help="wall-clock seconds for mutmut (default 3600); mutants left then are 'not checked'")
+    ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="mutants run in parallel")
+    ap.add_argument("--unreachable", action="store_true",
+                    help="list the decorated functions and module-level lambdas that mutmut skips, and stop")
+    args = ap.parse_args(argv)
+    modules = [resolve_module(m) for m in args.modules] or all_modules()
+    if args.unreachable:
+        print("\n".join(line for m in modules for line in unreachable(m)))
+        return 0
+    t0 = time.perf_counter()
+
+    with lock(), open(LOG, "a") as log:
+        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} python -m tests.mutation {' '.join(argv or [])}\n")
+        now = fingerprints()
+        print("generating mutants (files changed since the last run) ...", flush=True)
+        generate(args.max_children, log)
+        print(f"test stats: {refresh_stats(now)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
+        runs, selectors = plan(modules, args.full)
+        if not runs:
+            raise SystemExit(f"no mutants in {', '.join(modules)} (MUTATION.md: what mutmut cannot reach)")
+        for module, run in runs.items():
+            forget_results(module, run)
+        debug_log = MUTANTS / "mutmut-debug.log"
+        debug_log.unlink(missing_ok=True)
+        rc, wall, said = run_mutmut(["run", "--max-children", str(args.max_children), *selectors], args.budget, log)
+        if rc != 0:
+            print(f"mutmut failed (exit {rc}); its output is in {LOG.relative_to(ROOT)}", flush=True)
+            if any(m in line for line in said for m in ("failed to collect stats", "Failed to run clean test")):
+                explain_failure(list(runs), log)
+            return 1
+        FINGERPRINTS.write_text(json.dumps(now, indent=1))  # mutmut's stats now match these files
+        durations, equivalents = child_seconds(debug_log), listed_equivalents()
+        scores = [score_module(module, run, exit_codes(module), equivalents,
+                               seconds=sum(durations.get(n, 0.0) for n in run) / args.max_children,
+                               sampled=len(run) < len(mutant_names(module)))
+                  for module, run in runs.items()]
+        save_scores(scores)
+    report(scores, args.max_children, wall, time.perf_counter() - t0)
+    return 1 if any(s.problems for s in scores) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
