@@ -147,7 +147,6 @@ def test_attack_runs_in_eval_mode_with_running_statistics():
     xg = x.clone().requires_grad_(True)
     (g_train,) = torch.autograd.grad(F.cross_entropy(model(xg), y, reduction="sum"), xg)
     assert (g_train < 0).any()
-    model.bn.load_state_dict(stats)
 
 
 def test_eval_mode_model_stays_in_eval_mode():
@@ -287,14 +286,15 @@ def test_interpolated_point_is_alpha_x_pgd_plus_one_minus_alpha_x():
 
 
 def test_binary_search_trace_returns_alpha_r():
-    """margin(alpha) = tanh(2 * alpha) for sum(x_pgd) = 1, scale 4, tau 1; rho = tanh(0.6): alpha* = 0.3.
+    """x = 0.25, x_pgd = 1, offset 0.25, scale 4, tau 1: the point x + alpha (x_pgd - x) has z = 3 alpha and
+    margin tanh(1.5 alpha); rho = tanh(0.45) puts the crossing at alpha* = 0.3.
 
     K=1: 0.5 >= 0.3 -> r = 0.5.   K=2: 0.25 < 0.3 -> l = 0.25, r = 0.5.   K=3: 0.375 -> r = 0.375.
     """
-    x = torch.zeros(1, 1, 1, 1)
+    x = torch.full((1, 1, 1, 1), 0.25)
     x_pgd = torch.ones(1, 1, 1, 1)
     y = torch.zeros(1, dtype=torch.long)
-    got = [interpolate(Line(), x, x_pgd, y, math.tanh(0.6), 1.0, K)[1].item() for K in (1, 2, 3, 4)]
+    got = [interpolate(Line(offset=0.25), x, x_pgd, y, math.tanh(0.45), 1.0, K)[1].item() for K in (1, 2, 3, 4)]
     assert got == [0.5, 0.5, 0.375, 0.3125]
 
 
@@ -328,6 +328,32 @@ def test_interpolation_soft_targets_and_mode():
         assert torch.equal(v, stats[k]), k
 
 
+class Probe(nn.Module):
+    """logits = [0, 4 (sum(x) - 0.25)] in float32, recording the dtype of every input."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes = []
+
+    def forward(self, x):
+        self.dtypes.append(x.dtype)
+        z = 4 * (x.flatten(1).float().sum(1) - 0.25)
+        return torch.stack([torch.zeros_like(z), z], 1)
+
+
+def test_interpolation_keeps_the_inputs_dtype_and_device():
+    x, x_pgd = torch.full((2, 1, 1, 1), 0.25), torch.ones(2, 1, 1, 1)
+    y = torch.zeros(2, dtype=torch.long)
+    probe = Probe()
+    x_adv, alpha = interpolate(probe, x.bfloat16(), x_pgd.bfloat16(), y, 0.3, 1.0, 3)
+    assert probe.dtypes == [torch.bfloat16] * 3 and x_adv.dtype == torch.bfloat16
+    assert alpha.dtype == torch.float32
+    # the search's state lives on the inputs' device (the meta device stands in for a GPU here)
+    x_adv, alpha = interpolate(Probe(), x.to("meta"), x_pgd.to("meta"), y.to("meta"), 0.3, 1.0, 3)
+    assert x_adv.device.type == "meta" and alpha.device.type == "meta"
+
+
+@pytest.mark.filterwarnings("error")  # softmax without dim: right on 2-D logits, but a warning per call
 def test_as_probabilities_and_margin_on_soft_targets():
     assert torch.equal(as_probabilities(torch.tensor([2, 0]), 3), torch.tensor([[0.0, 0, 1], [1, 0, 0]]))
     p = torch.tensor([[0.2, 0.8]], dtype=torch.float64)

@@ -261,8 +261,11 @@ def test_uat_loss_two_class_values_by_hand():
     assert t["ce"].item() == pytest.approx(ce, abs=1e-6)
     assert t["kl_adv"].item() == pytest.approx(sum(KL_ADV) / 2, abs=1e-6)
     assert t["loss"].item() == pytest.approx(ce + 3.0 * sum(KL_ADV) / 2, abs=1e-6)
+    # UAT++ attacks once: its x_pgd term is the x_adv term (the trainer logs both names for every method)
+    assert set(t) == {"loss", "ce", "kl_adv", "kl_pgd"} and t["kl_pgd"].item() == t["kl_adv"].item()
 
 
+@pytest.mark.filterwarnings("error")  # e.g. softmax without dim: right on 2-D logits, but a warning per step
 def test_awr_label_smoothing_and_teacher_temperature_by_hand():
     ll = torch.tensor([[0.0, L3], [0.0, 0.0]])            # [.25, .75], [.5, .5]
     yl = torch.tensor([1, 0])
@@ -282,6 +285,7 @@ def test_awr_label_smoothing_and_teacher_temperature_by_hand():
     assert t["w_adv"].item() == pytest.approx(0.5, abs=1e-6)
 
 
+@pytest.mark.filterwarnings("error")
 def test_awr_weight_two_rows_by_hand():
     y_t = torch.tensor([[1.0, 0.0], [0.25, 0.75]])
     lx = torch.tensor([[L3, 0.0], [0.0, 0.0]])     # [.75, .25], [.5, .5]
@@ -298,6 +302,9 @@ def test_curious_gamma_scales_the_ramp_and_eps_holds_after_t():
     assert got == pytest.approx([0.15, 0.3, 0.6, 0.3, 0.3])
     assert [epsilon_schedule("linear", e, eps=eps, t=t) for e in (1, 4, 5, 50)] == pytest.approx(
         [0.075, 0.3, 0.3, 0.3])
+    # the trainer passes attack.gamma (default 1.25) to every schedule: Linear-t must ignore it
+    assert [epsilon_schedule("linear", e, eps=eps, t=t, gamma=2.0) for e in (2, 5)] == pytest.approx([0.15, 0.3])
+    assert epsilon_schedule("curious", 4, eps=eps, t=t) == pytest.approx(eps)  # gamma defaults to 1
     assert epsilon_schedule("linear", 1, eps=eps, t=1) == pytest.approx(eps)  # t = 1: eps from the start
     assert epsilon_schedule("const", 1, eps=eps, t=4, gamma=2.0) == eps      # const ignores t and gamma
     assert epsilon_schedule("const", 2) == pytest.approx(8 / 255)              # the default eps
