@@ -1,12 +1,16 @@
 """Tracked runs -> pandas, from MLflow or from a Ray Tune results folder (docs/tracking.md).
 
-Both readers return the same two frames, so every table and plot works on either source.
+Both readers return the same two frames, so every table and plot works on either source. Both read the run
+record the sweeps wrote (its tags and parameters: MLflow's run, or the ``run_json`` a trial reports with every
+result) and derive nothing from a config; only the ``spec.*`` parameters of runs logged before them are
+inferred, in one place (`legacy_spec_params`).
 
 ``runs``: one row per run.
     run_id, experiment, source ('mlflow' | 'ray'), run_name, start_time, parent_run_id
-    meta.<x>       the ``ssat.<x>`` tags / the Ray ``meta`` dict (kind, sweep, stage, table, row,
-                   column_group, seed, expected_seeds, config_hash, status, ...)
-    param.<x>      the flat parameters (method, schedule, t, beta, rho0, interpolate, dataset, ...)
+    meta.<x>       the ``ssat.<x>`` tags (kind, key, sweep, stage, table, row, column_group, seed,
+                   expected_seeds, config_hash, status, ...)
+    param.<x>      the flat parameters (method, schedule, t, beta, rho0, interpolate, dataset, ...,
+                   spec.epochs, spec.t, sampled.<dotted.key>)
     metric.<x>     the last value of every metric (test/<ckpt>/<attack>, time/total_hours, val/clean, ...)
     protocol.<ckpt>/<attack>   the protocol record of a test metric, as compact JSON text
 ``history``: long, one row per (run_id, key, step) of the per-epoch metrics: run_id, key, step, value.
@@ -16,7 +20,6 @@ stored as numbers, booleans as booleans and the string ``"None"`` as missing, wh
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -74,6 +77,7 @@ def runs_frame(records: list[dict]) -> pd.DataFrame:
     """Records of one run each -> the typed ``runs`` frame (columns sorted by family)."""
     if not records:
         return pd.DataFrame(columns=["run_id", "experiment", "source"])
+    records = [{**r, **legacy_spec_params(r)} if _lacks_spec_params(r) else r for r in records]
     names = list(dict.fromkeys(k for r in records for k in r))
     # object columns first: letting pandas infer would turn Ray's [70, None] into floats before `typed`
     df = pd.DataFrame({k: pd.Series([r.get(k) for r in records], dtype=object) for k in names})
@@ -87,6 +91,33 @@ def runs_frame(records: list[dict]) -> pd.DataFrame:
     head = [c for c in ("run_id", "experiment", "source", "run_name", "start_time", "parent_run_id") if c in df]
     rest = sorted(c for c in df.columns if c not in head)
     return df[head + rest].reset_index(drop=True)
+
+
+# ---- runs logged before the run record carried spec.epochs and spec.t ------------------------
+PAPER_T = (50, 60, 70)  # the paper's schedule lengths t, of its training length
+
+
+def _lacks_spec_params(rec: dict) -> bool:
+    return (rec.get("meta.kind") or "trial") == "trial" and "param.spec.epochs" not in rec
+
+
+def legacy_spec_params(rec: dict) -> dict:
+    """``param.spec.epochs`` and ``param.spec.t`` of a trial run logged without them (by the code before the
+    run record, or in a stage a resumed sweep had built before): the one place analysis derives parameters.
+
+    Inferred as the tables did before those runs logged what their spec said: a run of another length than
+    the paper's (`analysis.specs.paper_epochs`) whose t is the rescaled value (``ssat.config.scale_epochs``)
+    of exactly one of the paper's t (50, 60, 70) was that paper run; any other run is its own spec.
+    """
+    from .specs import paper_epochs
+
+    t, epochs = (None if _missing(rec.get(f"param.{k}")) else int(rec[f"param.{k}"]) for k in ("t", "epochs"))
+    base = paper_epochs(rec)
+    if t is not None and epochs is not None and epochs != base:
+        found = [c for c in PAPER_T if max(1, math.floor(c * epochs / base + 0.5)) == t]
+        if len(found) == 1:
+            return {"param.spec.epochs": base, "param.spec.t": found[0]}
+    return {"param.spec.epochs": base if epochs is None else epochs, "param.spec.t": t}
 
 
 def history_frame(rows: list[dict]) -> pd.DataFrame:
@@ -199,63 +230,14 @@ def _is_metric(key: str, value) -> bool:
     return numeric and key.startswith(HISTORY_PREFIXES + FINAL_PREFIXES)
 
 
-def _nested_with(base: dict, dotted: dict) -> dict:
-    """A search trial's config: the sweep's base config with the sampled 'section.key' values set."""
-    cfg = json.loads(json.dumps(base))
-    for key, v in dotted.items():
-        section, name = key.split(".", 1)
-        cfg.setdefault(section, {})[name] = v
-    return cfg
-
-
-# Where data and resources live: not part of what is trained (mirrors ssat.config.LOCATION_FIELDS).
-LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device"), ("system", "threads"),
-                   ("system", "cuda_memory_fraction"))
-
-
-def config_hash(cfg: dict) -> str:
-    """``ssat.config.Config.config_hash`` of a complete nested config, recomputed without importing ssat
-    (the config without seed and locations, sha256, 12 hex); a unit test keeps the two recipes equal."""
-    d = {k: (dict(v) if isinstance(v, dict) else v) for k, v in cfg.items() if k != "seed"}
-    for section, key in LOCATION_FIELDS:
-        (d.get(section) or {}).pop(key, None)
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def flat_params(cfg: dict) -> dict:
-    """A nested run config -> the flat parameters every tracked run carries (docs/tracking.md)."""
-    def get(section, key):
-        return (cfg.get(section) or {}).get(key)
-    dataset, eps = get("data", "dataset"), get("attack", "eps")
-    if eps is None and dataset:
-        eps = 0.3 if str(dataset).startswith("mnist") else 8 / 255
-    return {"method": get("method", "name"), "schedule": get("attack", "schedule"), "t": get("attack", "t"),
-            "gamma": get("attack", "gamma"), "eps": eps, "rho0": get("method", "rho0"),
-            "rho_double_epoch": get("method", "rho_double_epoch"), "beta": get("method", "beta"),
-            "tau": get("method", "tau"), "K": get("method", "K"), "lambda": get("method", "lam"),
-            "interpolate": get("method", "interpolate"), "seed": cfg.get("seed"),
-            "split_seed": get("data", "split_seed"), "dataset": dataset, "model": get("model", "name"),
-            "precision": get("system", "precision"), "epochs": get("optim", "epochs")}
-
-
-def ray_trial_config(spec: dict) -> tuple[dict, dict]:
-    """params.json of a trial -> (meta, flat params).
-
-    Takes the contract's ``{"meta", "params"}`` and what the sweeps' trainable is actually given: a grid
-    trial ``{"trial": {"meta", "cfg"}}``, a confirm trial ``{"meta", "cfg"}``, a search trial
-    ``{"meta", "base", "<section.key>": sampled, ...}``. From a nested config the flat params and the
-    config hash are derived as the tracker derives them.
-    """
-    spec = spec.get("trial", spec)
-    meta = {k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in spec.get("meta", {}).items()}
-    if "params" in spec:
-        return meta, dict(spec["params"])
-    cfg = spec.get("cfg") or _nested_with(spec.get("base", {}), {k: v for k, v in spec.items() if "." in k})
-    if "seed" not in cfg and "seed" in meta:
-        cfg = {**cfg, "seed": meta["seed"]}
-    meta.setdefault("config_hash", config_hash(cfg))
-    meta.setdefault("seed", cfg.get("seed"))
-    return meta, flat_params(cfg)
+def _run_record(trial: Path, results: list[dict]) -> dict:
+    """The run record the trainable reports with every result (``run_json``: key, tags, params, name)."""
+    for line in reversed(results):
+        if isinstance(line.get("run_json"), str):
+            return json.loads(line["run_json"])
+    raise SourceError(f"trial folder {str(trial)!r} has no run record (no 'run_json' in its result.json): it was "
+                      "written by a sweep older than the run record; read the sweep's MLflow experiment "
+                      "instead (--experiment NAME)")
 
 
 def _ray_status(results: list[dict], rec: dict) -> str:
@@ -266,17 +248,15 @@ def _ray_status(results: list[dict], rec: dict) -> str:
     return "FINISHED" if done else "INCOMPLETE"
 
 
-def _ray_record(trial: Path, root: Path) -> dict:
-    meta, params = ray_trial_config(json.loads((trial / "params.json").read_text()))
-    results = _read_results(trial / "result.json")
+def _ray_record(trial: Path, root: Path, results: list[dict]) -> dict:
+    run = _run_record(trial, results)
     rec = {"run_id": str(trial.relative_to(root)), "experiment": root.name, "source": "ray",
            "run_name": trial.name, "start_time": math.nan, "parent_run_id": None}
-    rec.update({"meta." + k: v for k, v in meta.items()})
-    rec.update({"param." + k: v for k, v in params.items()})
+    rec.update({"meta." + k[len("ssat."):]: v for k, v in run["tags"].items() if k.startswith("ssat.")})
+    rec.update({"param." + k: v for k, v in run["params"].items()})
     for line in results:  # later lines overwrite: the last reported value, as MLflow keeps it
         rec.update({"metric." + k: v for k, v in line.items() if _is_metric(k, v)})
         rec.update({"protocol." + k[len("protocol/"):]: v for k, v in line.items() if k.startswith("protocol/")})
-    rec.setdefault("meta.kind", "trial")
     rec.setdefault("meta.status", _ray_status(results, rec))
     return rec
 
@@ -289,9 +269,11 @@ def _epoch(line: dict, index: int) -> int:
 
 
 def load_ray_runs(path: str | os.PathLike) -> pd.DataFrame:
-    """Every trial folder under a Ray Tune results folder as the ``runs`` frame."""
+    """Every trial folder under a Ray Tune results folder that reported a result, as the ``runs`` frame (a
+    trial that never reported has no run in MLflow either)."""
     root = Path(path)
-    return runs_frame([_ray_record(t, root) for t in _trial_dirs(root)])
+    trials = [(t, _read_results(t / "result.json")) for t in _trial_dirs(root)]
+    return runs_frame([_ray_record(t, root, results) for t, results in trials if results])
 
 
 def load_ray_history(path: str | os.PathLike) -> pd.DataFrame:

@@ -10,9 +10,9 @@ tables (Tables 2 and 4) the row is (global epsilon schedule family, interpolatio
 ``Lin.|no-int``, ``Cur.|no-int``, ``none|int``, ``Lin.|int``, ``Cur.|int`` - the paper's "Lin." is
 Linear-60 and "Cur." Curious-(1.25,70), but a shortened run (e.g. the MNIST-5k demo) scales ``t``, so
 the family, not the exact ``t``, picks the row; a cell that mixes configurations says so in a note.
-For Table 3 ``t`` is mapped back to the paper's 100-epoch budget (the inverse of
-``ssat.config.scale_epochs``), so a 10-epoch Linear-6 run is the Linear-60 row; where that is ambiguous
-(t=4 of 6 epochs scales from both 60 and 70) the row says what ran: ``Linear-4/6ep``.
+For Table 3 the row is the schedule as the run's spec gave it, before ``--epochs``
+rescaled it (the ``spec.t`` and ``spec.epochs`` params), so a 100-epoch Linear-60 spec run for 10 epochs
+is the Linear-60 row; a spec of another length says what it ran: ``Linear-4/6ep``.
 
 Which runs a table reads is decided by the ``ssat.table`` tag (the sweep spec's declaration; see
 `analysis.cells.select_runs`), and by the population each ``row_of`` accepts (e.g. the ablation is
@@ -20,7 +20,6 @@ Which runs a table reads is decided by the ``ssat.table`` tag (the sweep spec's 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -129,16 +128,6 @@ def ablation_row(run: Mapping, method: str) -> str | None:
     return f"{glo}|{'int' if bool(interp) else 'no-int'}"
 
 
-def paper_t(t, epochs, base: int = 100, candidates=(50, 60, 70)) -> str:
-    """A schedule's t as the paper writes it: a run shortened by ``scale_epochs`` maps back to the one
-    paper value that scales to its t; when none or several do, 't/<epochs>ep' says what was run."""
-    t = int(t)
-    if epochs is None or int(epochs) == base:
-        return str(t)
-    found = [c for c in candidates if max(1, math.floor(c * int(epochs) / base + 0.5)) == t]
-    return str(found[0]) if len(found) == 1 else f"{t}/{int(epochs)}ep"
-
-
 def paper_epochs(run: Mapping) -> int:
     """The paper's training length for the run's method and dataset (appendix A.3)."""
     if param(run, "method") in ("srst-awr", "ssat-mbi-awr"):
@@ -147,13 +136,15 @@ def paper_epochs(run: Mapping) -> int:
 
 
 def schedule_label(run: Mapping) -> str | None:
-    """Table 3's row name: Const, Linear-t, Curious-(gamma,t), t as in a run of the paper's length."""
-    sched, t, epochs = param(run, "schedule"), param(run, "t"), param(run, "epochs")
+    """Table 3's row name: Const, Linear-t, Curious-(gamma,t), with the t of the run's spec (before
+    ``--epochs`` rescaled it); 't/<epochs>ep' when the spec's run is not of the paper's length."""
+    sched, t, epochs = param(run, "schedule"), param(run, "spec.t"), param(run, "spec.epochs")
     if sched == "const":
         return "Const"
     if t is None:
         return None
-    t_text = paper_t(t, epochs, base=paper_epochs(run))
+    t, epochs = int(t), None if epochs is None else int(epochs)
+    t_text = str(t) if epochs == paper_epochs(run) else f"{t}/{epochs}ep"
     if sched == "linear":
         return f"Linear-{t_text}"
     if sched == "curious":

@@ -9,7 +9,7 @@ SSAT_FAULT holds comma-separated specs `KIND@EPOCH[:STEP][/seed=N][/node=HOST]`:
   nan@2                     make epoch 2's loss NaN (a diverging trial)
 `/seed=N` restricts a fault to the run with that seed, `/node=HOST` to runs on the host named HOST.
 With SSAT_FAULT_ONCE_DIR set, each fault fires once per run: a marker file there (`<spec>-<run key>`, '/'
-and ':' replaced by '_') records it, so a retried trial goes on, and a test can wait for the marker. `nan`
+and ':' replaced by '_', run key as `run_key` makes it) records it, so a retried trial goes on, and a test can wait for the marker. `nan`
 is the exception: a diverging configuration diverges every time it runs, so it fires every time (the marker
 still records that it did).
 Unset: no cost, no effect.
@@ -27,6 +27,12 @@ KINDS = ("raise", "exit", "pause", "exit_after_checkpoint", "nan")
 
 class InjectedFault(RuntimeError):
     pass
+
+
+def run_key(config_hash: str, seed: int) -> str:
+    """A run's key, `<config hash>-s<seed>`: the fault markers name runs by it, and a sweep's trial key
+    (sweeps/schema.py) is it with the sweep in front and the stage behind."""
+    return f"{config_hash}-s{seed}"
 
 
 def set_context(seed: int, key: str) -> None:

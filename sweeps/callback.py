@@ -65,19 +65,14 @@ class TrackingCallback(Callback):
 
     def _start(self, trial) -> tuple[str, dict]:
         cfg, meta = resolve_trial(trial.config)
-        key = meta["trial_key"]
+        rec = meta["record"]  # the record the trainable reports (run_json), from the same config
+        key = rec.key
         if key not in self._seen:
             t = self.tracker
-            parent = self.parent_run_id
-            tags = {"ssat.kind": "trial", "ssat.sweep": meta["sweep"], "ssat.stage": meta["stage"],
-                    "ssat.table": meta.get("table", ""), "ssat.row": meta.get("row", ""),
-                    "ssat.column_group": meta.get("column_group", ""), "ssat.seed": cfg.seed,
-                    "ssat.expected_seeds": meta.get("expected_seeds", ""), "ssat.config_hash": cfg.config_hash(),
-                    "ssat.status": "RUNNING"}
-            if parent:
-                tags["mlflow.parentRunId"] = parent
-            params = {**cfg.model_params(), **{f"sampled.{k}": v for k, v in meta["sampled"].items()}}
-            t.ensure_run(key, tags, params, name=f"{meta.get('row') or cfg.config_hash()}-seed{cfg.seed}")
+            tags = {**rec.tags, "ssat.status": "RUNNING"}
+            if self.parent_run_id:
+                tags["mlflow.parentRunId"] = self.parent_run_id
+            t.ensure_run(key, tags, rec.params, name=rec.name)
             cfile = Path(self.sweep_dir) / "configs" / key / "config.json"
             cfile.parent.mkdir(parents=True, exist_ok=True)
             cfile.write_text(json.dumps(cfg.to_dict(), indent=1))

@@ -23,6 +23,7 @@ from typing import Callable
 
 from .paths import Paths, SweepError, code_version, sweep_paths
 from .resources import check_gpu, init_ray
+from .schema import sweep_key, sweep_record
 from .spec import Spec, parse_spec, read_yaml
 from .teacher_stage import teacher_stage
 from .tracking import Tracker, check_reachable, resolve_uri
@@ -178,9 +179,9 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
     """Run (or resume) every stage of a sweep; 0 when every trial finished, 1 otherwise."""
     tracker = Tracker(state.tracking_uri, spec.name, artifact_root=paths.workdir / "mlartifacts",
                       spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
-    parent = f"{spec.name}-sweep"
-    tracker.ensure_run(parent, {"ssat.kind": "sweep", "ssat.sweep": spec.name, "ssat.table": spec.table},
-                       {"spec": state.spec_path, "preset": spec.preset, **state.code}, name=spec.name)
+    run = sweep_record(spec.name, spec.table, state.spec_path, spec.preset, state.code)
+    parent = run.key
+    tracker.ensure_run(parent, run.tags, run.params, name=run.name)
     tracker.reopen(parent)
     spec_file = paths.sweep_dir / "spec.json"
     spec_file.write_text(json.dumps(state.source, indent=1))
@@ -219,7 +220,7 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     state.phases[stage] = "running"
     state.save(paths)
     t1 = time.perf_counter()
-    parent_run_id = tracker.find_run(f"{spec.name}-sweep")
+    parent_run_id = tracker.find_run(sweep_key(spec.name))
     trials = None if stage == "search" else (
         spec.trials() if stage == "grid" else confirm_trials(spec, state.confirm_configs))
     expected = spec.search["num_samples"] if stage == "search" else len(trials)

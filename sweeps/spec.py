@@ -36,6 +36,7 @@ from ssat.config import Config, ConfigError, from_dict, scale_epochs
 from ssat.presets import preset
 
 from .errors import SpecError, check_keys
+from .schema import spec_meta
 
 SPEC_KEYS = {"name", "preset", "table", "column_group", "overrides", "epochs", "seeds", "resources", "max_concurrent",
              "metric", "mode", "grid", "search", "stage", "description", "expected_seeds"}
@@ -51,15 +52,7 @@ class Trial:
     row: str
     stage: str
     seed: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.config.config_hash()}-s{self.seed}-{self.stage}"
-
-    def meta(self, spec: "Spec") -> dict:
-        return {"sweep": spec.name, "stage": self.stage, "table": spec.table, "row": self.row,
-                "column_group": spec.column_group, "seed": self.seed, "expected_seeds": spec.expected_seeds,
-                "config_hash": self.config.config_hash(), "trial_key": self.key}
+    spec_meta: dict = field(default_factory=dict)  # its epochs and t before --epochs (sweeps.schema.spec_meta)
 
 
 @dataclass
@@ -95,11 +88,12 @@ class Spec:
             for seed in self.seeds:
                 try:
                     cfg = from_dict(base, {**row["set"], "seed": seed})
+                    unscaled = spec_meta(cfg)
                     if self.rescale:
                         cfg = from_dict(scale_epochs(cfg.to_dict(), self.rescale))
                 except ConfigError as exc:
                     raise SpecError(f"spec {self.name!r}, {where}: {exc}") from None
-                out.append(Trial(cfg, row["row"], self.stage, seed))
+                out.append(Trial(cfg, row["row"], self.stage, seed, unscaled))
         return out
 
     def config_for(self, sampled: dict, seed: int) -> Config:

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from ssat.config import Config
 
+from .schema import teacher_record
+
+
 def teacher_stage(configs: list[Config], tracker, sweep: str, teacher_dir: Path, log=print) -> dict[str, str]:
     """Make (or find) one teacher per split on the driver before any trial starts; log its run."""
-    from ssat.datasets import split_for
-    from ssat.teacher import ensure_teacher, teacher_key
+    from ssat.teacher import ensure_teacher
     from ssat.train import needs_teacher
 
     runs, done, seen = {}, set(), set()
@@ -22,30 +24,22 @@ def teacher_stage(configs: list[Config], tracker, sweep: str, teacher_dir: Path,
             continue
         seen.add(same)
         cfg = cfg.replace(**{"data.teacher_dir": str(teacher_dir)})
-        _, split = split_for(cfg)
-        tkey = teacher_key(cfg, split)
-        if tkey in done:
-            continue
-        done.add(tkey)
         t0 = time.perf_counter()
-        path = ensure_teacher(cfg, log=log)
-        log(f"[teacher] {cfg.data.dataset} split {split.hash}: {path} ({time.perf_counter() - t0:.1f} s)")
-        runs[split.hash] = log_teacher_run(tracker, sweep, cfg, split, path, tkey)
+        made = ensure_teacher(cfg, log=log)
+        if made.key in done:
+            continue
+        done.add(made.key)
+        log(f"[teacher] {cfg.data.dataset} split {made.split_hash}: {made.path} ({time.perf_counter() - t0:.1f} s)")
+        runs[made.split_hash] = log_teacher_run(tracker, sweep, cfg, made)
     return runs
 
 
-def log_teacher_run(tracker, sweep: str, cfg: Config, split, path: Path, tkey: str) -> str:
-    from ssat.storage import load_verified
-
-    prov = load_verified(path).get("provenance", {})
-    key = f"{sweep}-teacher-{split.hash}-{tkey}"
-    tracker.ensure_run(key, {"ssat.kind": "teacher", "ssat.sweep": sweep, "ssat.table": "main", "ssat.row": "FixMatch",
-                             "ssat.dataset": cfg.data.dataset, "ssat.split_hash": split.hash,
-                             "ssat.column_group": f"{cfg.data.dataset}/{cfg.teacher.model or cfg.model.name}",
-                             "ssat.status": "FINISHED"},
-                       {f"teacher.{k}": v for k, v in cfg.to_dict()["teacher"].items()} |
-                       {"dataset": cfg.data.dataset, "split_seed": cfg.data.split_seed, "model": cfg.teacher.model or cfg.model.name},
-                       name=f"teacher-{cfg.data.dataset}-{split.hash}")
+def log_teacher_run(tracker, sweep: str, cfg: Config, made) -> str:
+    """The teacher's run from what `ensure_teacher` made or found (`ssat.teacher.TeacherFile`): its test
+    metrics and protocol records, and its provenance as an artifact."""
+    run = teacher_record(sweep, cfg, made.split_hash, made.key)
+    tracker.ensure_run(run.key, run.tags, run.params, name=run.name)
+    prov = made.provenance
     metrics = {k: v for k, v in prov.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     test = prov.get("test") or {}
     tm, tt = {}, {}
@@ -53,10 +47,10 @@ def log_teacher_run(tracker, sweep: str, cfg: Config, split, path: Path, tkey: s
         from ssat.evaluate import flatten_results
 
         tm, tt = flatten_results({"teacher": test})
-    tracker.log_final(key, {**{f"teacher/{k}": v for k, v in metrics.items()}, **tm}, tt, 0)
-    side = path.parent / "provenance.json"
+    tracker.log_final(run.key, {**{f"teacher/{k}": v for k, v in metrics.items()}, **tm}, tt, 0)
+    side = made.path.parent / "provenance.json"
     side.write_text(json.dumps(prov, indent=1, default=str))
-    tracker.log_artifact(key, side, None)
-    tracker.end(key, "FINISHED")
+    tracker.log_artifact(run.key, side, None)
+    tracker.end(run.key, "FINISHED")
     tracker.drain()
-    return tracker.find_run(key) or ""
+    return tracker.find_run(run.key) or ""

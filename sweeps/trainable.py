@@ -22,11 +22,13 @@ from ssat.config import Config, from_dict
 from ssat.evaluate import flatten_results
 from ssat.train import Trainer, TrainingDiverged
 
+from .schema import trial_record
+
 CHECKPOINT_FILES = ("state.pt", "best.pt", "last.pt", "trial.log", "config.json")
 
 
 def resolve_trial(config: dict) -> tuple[Config, dict]:
-    """Tune config -> (validated Config, meta with this trial's key)."""
+    """Tune config -> (validated Config, meta with this trial's run record, key, sampled values and epochs)."""
     config = config.get("trial", config)  # grid trials are one grid_search value under "trial"
     meta = dict(config["meta"])
     if "cfg" in config:
@@ -35,8 +37,8 @@ def resolve_trial(config: dict) -> tuple[Config, dict]:
     else:
         sampled = {k: v for k, v in config.items() if "." in k}
         cfg = from_dict(config["base"], {**sampled, "seed": meta["seed"]})
-    meta["config_hash"] = cfg.config_hash()
-    meta["trial_key"] = f"{meta['sweep']}-{cfg.config_hash()}-s{cfg.seed}-{meta['stage']}"
+    meta["record"] = trial_record(cfg, meta, sampled)
+    meta["trial_key"] = meta["record"].key
     meta["sampled"] = sampled
     meta["epochs"] = cfg.optim.epochs
     if meta.get("teacher_dir") and cfg.data.teacher_dir is None:
@@ -139,21 +141,23 @@ def train_trial(config: dict) -> None:
     (work / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
     trainer = Trainer(cfg, work, log=log)
     log(f"trial {meta['trial_key']} on {socket.gethostname()} pid {os.getpid()}, threads {torch.get_num_threads()}")
-    repro = json.dumps(repro_record(cfg, trainer, meta), default=str)
+    # every report carries the run record (docs/tracking.md), so a Ray results folder is read like MLflow
+    record = {"run_json": json.dumps(meta["record"].as_dict()),
+              "repro_json": json.dumps(repro_record(cfg, trainer, meta), default=str)}
     last = cfg.optim.epochs
     try:
         if trainer.epoch >= last:  # resumed after the last epoch: only the final report is missing
-            _report({**trainer.history[-1], **_final(trainer, meta["stage"]), "repro_json": repro}, work)
+            _report({**trainer.history[-1], **_final(trainer, meta["stage"]), **record}, work)
             return
         for m in trainer.epochs():
-            result = {**m, "repro_json": repro}
+            result = {**m, **record}
             if m["epoch"] == last:
                 result.update(_final(trainer, meta["stage"]))
             _report(result, work)
     except TrainingDiverged as exc:
         # Deterministic: a retry would diverge again. End the trial with its reason; NaN tells Optuna it failed.
         log(f"stopped: {exc}")
-        tune.report({"epoch": trainer.epoch + 1, "failed_reason": str(exc),
+        tune.report({"epoch": trainer.epoch + 1, "failed_reason": str(exc), "run_json": record["run_json"],
                      **{k: float("nan") for k in meta.get("metrics", [])}})
     finally:
         logf.close()

@@ -106,6 +106,15 @@ def main_trials(methods, sweep):
             for m in methods for seed, v in enumerate(MAIN[m])]
 
 
+def logged_now(t, spec_epochs=100):
+    """A trial as the code since the run record logs it: its key among the tags, and the spec's run before
+    --epochs rescaled it (here a 100-epoch paper spec run for 10 epochs: t 6 and 7 were the paper's 60 and 70)."""
+    p, m = t["params"], t["meta"]
+    spec_t = None if p["t"] is None else p["t"] * spec_epochs // p["epochs"]
+    return {**t, "meta": {**m, "key": f"{m['sweep']}-{m['config_hash']}-s{m['seed']}-{m['stage']}"},
+            "params": {**p, "spec.epochs": spec_epochs, "spec.t": spec_t}}
+
+
 def teacher_run():
     t = trial("main-c10", "main", 0, {"dataset": "cifar10"}, {"clean": 95.1, "pgd10": 0.02},
               {a: protocol(a, C10_EPS, 10000).replace('"best"', '"teacher"') for a in ("clean", "pgd10")},
@@ -180,30 +189,18 @@ def log_sweep(client, name, trials):
         client.set_terminated(run)
 
 
-def nested_config(params: dict) -> dict:
-    """The flat params back as the nested config the sweeps' trainable gets (``cfg`` in params.json)."""
-    p = params
-    return {"seed": p["seed"], "data": {"dataset": p["dataset"], "split_seed": p["split_seed"]},
-            "model": {"name": p["model"]}, "optim": {"epochs": p["epochs"]}, "system": {"precision": p["precision"]},
-            "method": {"name": p["method"], "lam": p["lambda"], "beta": p["beta"], "interpolate": p["interpolate"],
-                       "rho0": p["rho0"], "rho_double_epoch": p["rho_double_epoch"], "tau": p["tau"], "K": p["K"]},
-            "attack": {"eps": p["eps"], "schedule": p["schedule"], "t": p["t"], "gamma": p["gamma"]}}
-
-
-def write_ray_folder(root: Path, trials, layout: str = "contract") -> Path:
-    """The same trials as a Ray Tune results folder: params.json + result.json per trial.
-
-    layout 'contract': {"meta", "params"} (docs/tracking.md); 'grid': {"trial": {"meta", "cfg"}}, what the
-    sweeps' grid trainable is given.
-    """
+def write_ray_folder(root: Path, trials) -> Path:
+    """The same trials as a Ray Tune results folder: params.json (the trainable's config, not read) and
+    result.json, every line with the run record the trainable reports (``run_json``)."""
     for i, t in enumerate(trials):
         d = root / f"trainable_{i:05d}_{i}"
         d.mkdir(parents=True)
-        meta = {k: v for k, v in t["meta"].items() if layout == "contract" or k != "config_hash"}
-        spec = ({"meta": meta, "params": t["params"]} if layout == "contract"
-                else {"trial": {"meta": meta, "cfg": nested_config(t["params"])}})
-        (d / "params.json").write_text(json.dumps(spec))
-        lines = [{**h, "epoch": e, "training_iteration": e, "repro_json": "{}"} for e, h in enumerate(t["history"], 1)]
+        (d / "params.json").write_text(json.dumps({"trial": {"meta": {"sweep": t["meta"]["sweep"]}, "cfg": {}}}))
+        run = json.dumps({"key": t["meta"]["key"], "tags": {f"ssat.{k}": v for k, v in t["meta"].items()
+                                                            if k != "status"},
+                          "params": t["params"], "name": t["meta"]["key"]})
+        lines = [{**h, "epoch": e, "training_iteration": e, "repro_json": "{}", "run_json": run}
+                 for e, h in enumerate(t["history"], 1)]
         lines[-1].update(t["finals"], **t["protocols"], done=True)
         (d / "result.json").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return root
@@ -214,7 +211,8 @@ def logged(server):
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=server)
-    log_sweep(client, "abl-demo", ablation_trials())
+    log_sweep(client, "abl-demo", ablation_trials())  # as the code before the run record logged it
+    log_sweep(client, "abl-demo-now", [logged_now(t) for t in ablation_trials()])
     log_sweep(client, "main-c10", main_trials(["ssat-mbi"], "main-c10") + [teacher_run()])
     log_sweep(client, "base-c10", main_trials(["rst", "uat++"], "base-c10"))
     return server
@@ -307,10 +305,24 @@ def test_baselines_from_other_experiments(logged):
     assert f"**{statistics.mean(pgd['ssat-mbi']):.2f}** ({statistics.stdev(pgd['ssat-mbi']):.2f}){mark} |" in md
 
 
-@pytest.mark.parametrize("layout", ["contract", "grid"])
-def test_ray_results_folder_gives_the_same_table(logged, tmp_path, layout):
+def test_a_store_written_before_the_run_record_tabulates_as_one_written_now(logged):
+    """Runs without spec.* get them inferred (analysis.collect.legacy_spec_params): the same tables, byte for
+    byte, as the runs that log them."""
+    before = load_runs(["abl-demo"], tracking_uri=logged)
+    now = load_runs(["abl-demo-now"], tracking_uri=logged)
+    def spec(runs):  # without a t (Const) there is nothing to infer a length from: the run's own is taken
+        trials = runs[(runs["meta.kind"] == "trial") & runs["param.t"].notna()]
+        return {(r["meta.config_hash"], r["meta.seed"]): (int(r["param.spec.epochs"]), int(r["param.spec.t"]))
+                for _, r in trials.iterrows()}
+    assert spec(before) == spec(now) and len(spec(now)) == 11 and set(spec(now).values()) == {(100, 60), (100, 70)}
+    for fmt_ in ("md", "latex", "csv"):
+        for opts in ({}, {"allow_subset": True, "compare_paper": True}):
+            assert render_table(now, "ablation", fmt_, **opts) == render_table(before, "ablation", fmt_, **opts)
+
+
+def test_ray_results_folder_gives_the_same_table(logged, tmp_path):
     from_mlflow = load_runs(["abl-demo"], tracking_uri=logged)
-    folder = write_ray_folder(tmp_path / "abl-demo", ablation_trials(), layout)
+    folder = write_ray_folder(tmp_path / "abl-demo", [logged_now(t) for t in ablation_trials()])
     from_ray = load_ray_runs(folder)
     for fmt_ in ("md", "latex", "csv"):
         for opts in ({}, {"allow_subset": True, "compare_paper": True}):

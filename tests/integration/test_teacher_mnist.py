@@ -72,7 +72,7 @@ def test_mnist5k_teacher_beats_supervised_only(tmp_path, teacher_dir):
     assert len(split.labeled) == 100 and cfg.model.name == "cnn-small" and cfg.teacher.model is None
 
     load_before = os.getloadavg()[0]
-    path = ensure_teacher(cfg, log=print)
+    path = ensure_teacher(cfg, log=print).path
     load_after = os.getloadavg()[0]
     out = resolve_teacher(cfg, arrays, split, log=print)  # found in the cache: no second training
     p = out.provenance

@@ -12,11 +12,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
+from analysis.collect import load_mlflow_runs, load_ray_runs
+from ssat.config import from_dict
 from sweeps.cli import main as sweeps_main
+from sweeps.tracking import flat_str
 from tests.integration.sweep_helpers import epoch_histories, history, trial_runs, write_spec
 from tests.servers import MlflowServer, free_port, kill_marked
 
@@ -64,8 +68,17 @@ def test_sweep_records_everything_and_resume_adds_nothing(ray_local, teacher_dir
             assert hashlib.sha256(data).hexdigest() == _get(base + ".sha256").decode().strip()
             state = torch.load(io.BytesIO(data), weights_only=True)
             assert state["kind"] == ckpt and state["model_name"] == "cnn-small"
-        assert json.loads(_get(f"{uri}/get-artifact?run_uuid={r.info.run_id}&path=config.json"))["seed"] == 0
+        cfg = from_dict(json.loads(_get(f"{uri}/get-artifact?run_uuid={r.info.run_id}&path=config.json")))
+        assert cfg.seed == 0 and r.data.tags["ssat.config_hash"] == cfg.config_hash()
+        assert r.data.tags["ssat.key"] == f"tracked-{cfg.config_hash()}-s0-grid"
+        assert {k: r.data.params[k] for k in cfg.model_params()} == {k: flat_str(v) for k, v in cfg.model_params().items()}
         assert b"trial" in _get(f"{uri}/get-artifact?run_uuid={r.info.run_id}&path=trial.log")
+    # the Ray results folder carries the same run record (run_json): analysis reads the same tags and params
+    ray = load_ray_runs(tmp_path / "runs" / "sweeps" / "tracked" / "tune" / "grid").set_index("meta.key")
+    ml = load_mlflow_runs(["tracked"], tracking_uri=uri).set_index("meta.key").loc[ray.index]
+    cols = [c for c in ray.columns if c.startswith("param.") or c in ("meta.config_hash", "meta.row", "meta.seed")]
+    assert len(ray) == 2 and "param.t" in cols and set(cols) <= set(ml.columns)
+    pd.testing.assert_frame_equal(ml[cols], ray[cols])
 
     steps_before = {r.info.run_id: len(history(uri, r, "val/pgd10")) for r in runs}
     assert sweeps_main(["resume", "tracked", "--workdir", str(tmp_path)]) == 0

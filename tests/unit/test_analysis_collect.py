@@ -6,10 +6,9 @@ import sys
 import pandas as pd
 import pytest
 
-import hashlib
-
-from analysis.collect import SourceError, load_ray_history, load_ray_runs, ray_trial_config, runs_frame, typed
+from analysis.collect import SourceError, legacy_spec_params, load_ray_history, load_ray_runs, runs_frame, typed
 from analysis.export import export
+from analysis.specs import schedule_label
 
 
 def test_typed_turns_mlflow_strings_into_numbers_booleans_and_missing():
@@ -29,29 +28,41 @@ PROTO = json.dumps({"attack": "pgd20", "eps": 0.3, "norm": "Linf", "step": 0.03,
                     "n": 1000, "subset": "full", "precision": "fp32", "checkpoint": "best"})
 
 
-def write_trial(root, name, meta, params, lines):
+def record(key, tags, params):
+    """A run record as the trainable reports it (sweeps.schema.RunRecord as JSON)."""
+    return json.dumps({"key": key, "tags": {f"ssat.{k}": v for k, v in tags.items()}, "params": params,
+                       "name": key})
+
+
+def write_trial(root, name, lines, run_json=None):
     d = root / name
     d.mkdir(parents=True)
-    (d / "params.json").write_text(json.dumps({"meta": meta, "params": params, "other": {"x": 1}}))
+    (d / "params.json").write_text(json.dumps({"meta": {"sweep": "ignored"}, "cfg": {"x": 1}}))
+    lines = [{**line, "run_json": run_json} if run_json else line for line in lines]
     (d / "result.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
     return d
+
+
+TAGS = {"kind": "trial", "key": "sweep-x-abc123abc123-s1-demo", "sweep": "sweep-x", "stage": "demo",
+        "table": "ablation", "row": "Cur.|int", "column_group": "mnist5k/cnn-small", "seed": 1,
+        "expected_seeds": 3, "config_hash": "abc123abc123"}
+PARAMS = {"method": "ssat-mbi", "schedule": "curious", "t": 7, "gamma": 1.25, "interpolate": True,
+          "rho_double_epoch": None, "beta": 0.4, "dataset": "mnist5k", "epochs": 2, "spec.epochs": 10,
+          "spec.t": 7}
 
 
 @pytest.fixture
 def ray_dir(tmp_path):
     root = tmp_path / "sweep-x"
-    meta = {"sweep": "sweep-x", "stage": "demo", "table": "ablation", "row": "Cur.|int",
-            "column_group": "mnist5k/cnn-small", "seed": 1, "expected_seeds": 3, "config_hash": "abc123abc123"}
-    params = {"method": "ssat-mbi", "schedule": "curious", "t": 7, "gamma": 1.25, "interpolate": True,
-              "rho_double_epoch": None, "beta": 0.4, "dataset": "mnist5k", "epochs": 2}
     lines = [{"training_iteration": 1, "val/clean": 50.0, "sched/eps_max": 0.1, "config": {"a": 1}},
              {"training_iteration": 2, "val/clean": 60.0, "sched/eps_max": 0.2, "done": True,
               "test/best/pgd20": 40.5, "protocol/best/pgd20": PROTO, "time/total_hours": 0.01}]
-    write_trial(root, "trial_0", meta, params, lines)
+    write_trial(root, "trial_0", lines, record(TAGS["key"], TAGS, PARAMS))
     nested = [{"epoch": 1, "val": {"clean": 55.0}},
               {"epoch": 2, "val": {"clean": 65.0}, "test": {"best": {"pgd20": 41.0}},
                "protocol": {"best": {"pgd20": json.loads(PROTO)}}}]
-    write_trial(root, "sub/trial_1", {**meta, "seed": 2}, params, nested)
+    key2 = "sweep-x-abc123abc123-s2-demo"
+    write_trial(root, "sub/trial_1", nested, record(key2, {**TAGS, "key": key2, "seed": 2}, PARAMS))
     return root
 
 
@@ -60,6 +71,8 @@ def test_ray_folder_reads_like_the_contract(ray_dir):
     assert list(runs["run_id"]) == ["sub/trial_1", "trial_0"]
     r = runs.set_index("run_id").loc["trial_0"]
     assert r["experiment"] == "sweep-x" and r["meta.kind"] == "trial" and r["meta.status"] == "FINISHED"
+    assert r["meta.key"] == "sweep-x-abc123abc123-s1-demo" and r["meta.config_hash"] == "abc123abc123"
+    assert r["meta.seed"] == 1 and r["param.t"] == 7 and r["param.spec.epochs"] == 10
     assert r["metric.val/clean"] == 60.0 and r["metric.test/best/pgd20"] == 40.5
     assert r["param.interpolate"] == True and pd.isna(r["param.rho_double_epoch"])  # noqa: E712
     assert json.loads(r["protocol.best/pgd20"])["steps"] == 20
@@ -117,40 +130,46 @@ def test_export_keeps_numbers_as_numbers(ray_dir, tmp_path, fmt):
     assert pd.api.types.is_integer_dtype(h["step"]) and pd.api.types.is_float_dtype(h["value"])
 
 
-NESTED = {"seed": 1, "data": {"dataset": "mnist5k", "split_seed": 0}, "model": {"name": "cnn-small"},
-          "method": {"name": "ssat-mbi", "lam": 8.0, "beta": 0.4, "interpolate": True, "rho0": 0.05,
-                     "rho_double_epoch": None, "tau": 2.0, "K": 3},
-          "attack": {"eps": None, "schedule": "curious", "t": 4, "gamma": 1.25},
-          "optim": {"epochs": 6}, "system": {"precision": "fp32"}}
+def test_a_folder_without_the_run_record_is_refused_and_a_trial_that_never_reported_is_skipped(tmp_path):
+    root = tmp_path / "old"
+    write_trial(root, "trial_0", [{"epoch": 1, "val/clean": 50.0}])  # written before the run record
+    with pytest.raises(SourceError, match=r"trial_0'? has no run record \(no 'run_json' in its result.json\).*"
+                                          r"--experiment NAME"):
+        load_ray_runs(root)
+    root = tmp_path / "new"
+    write_trial(root, "trial_0", [{"epoch": 1, "val/clean": 50.0}], record(TAGS["key"], TAGS, PARAMS))
+    write_trial(root, "trial_1", [])  # cut before its first report: MLflow has no run for it either
+    assert load_ray_runs(root)["run_id"].tolist() == ["trial_0"]
 
 
-def test_ray_trial_config_reads_what_the_trainable_is_given():
-    meta = {"sweep": "mnist5k-demo", "stage": "demo", "table": "ablation", "row": "curious|on", "seed": 1,
-            "metrics": ["val/pgd10"]}
-    for spec in ({"trial": {"meta": meta, "cfg": NESTED}}, {"meta": meta, "cfg": NESTED}):
-        m, p = ray_trial_config(spec)
-        assert p["method"] == "ssat-mbi" and p["lambda"] == 8.0 and p["t"] == 4 and p["epochs"] == 6
-        assert p["eps"] == 0.3 and p["seed"] == 1 and p["interpolate"] is True  # eps None: the dataset's
-        no_seed = {k: v for k, v in NESTED.items() if k != "seed"}
-        assert m["config_hash"] == hashlib.sha256(json.dumps(no_seed, sort_keys=True).encode()).hexdigest()[:12]
-        assert m["seed"] == 1
-        assert m["metrics"] == '["val/pgd10"]'  # lists kept as JSON text
-    base = {k: v for k, v in NESTED.items() if k != "seed"}
-    m, p = ray_trial_config({"meta": {**meta, "stage": "search", "seed": 0}, "base": base,
-                             "method.beta": 0.7, "attack.t": 3})
-    assert p["beta"] == 0.7 and p["t"] == 3 and p["seed"] == 0 and m["seed"] == 0
-    m, p = ray_trial_config({"meta": meta, "params": {"beta": 0.5}})
-    assert p == {"beta": 0.5}
+def _legacy(method="ssat-mbi", dataset="cifar10", **params):
+    rec = {"run_id": "r", "param.method": method, "param.dataset": dataset, **{f"param.{k}": v for k, v in params.items()}}
+    return legacy_spec_params(rec)
 
 
-def test_flat_params_and_config_hash_agree_with_ssat_config():
-    """The Ray reader derives params and hash itself (analysis never imports the trainer); they must stay
-    what the tracker logs. This test alone imports ssat (its config validation loads torch)."""
-    config = pytest.importorskip("ssat.config")
-    from analysis.collect import config_hash, flat_params
+def test_legacy_spec_params_infer_the_paper_run_a_shortened_run_came_from():
+    # 10 of 100 epochs: 50, 60, 70 scale to 5, 6, 7, one each
+    assert _legacy(t="6", epochs="10") == {"param.spec.epochs": 100, "param.spec.t": 60}
+    assert _legacy(t=7, epochs=10) == {"param.spec.epochs": 100, "param.spec.t": 70}
+    # 6 of 100: 60 and 70 both scale to 4 (3.6 and 4.2), 50 to 3: ambiguous, and 5 matches none
+    assert _legacy(t=4, epochs=6) == {"param.spec.epochs": 6, "param.spec.t": 4}
+    assert _legacy(t=5, epochs=6) == {"param.spec.epochs": 6, "param.spec.t": 5}
+    # the paper's own length, a missing t, a missing length
+    assert _legacy(t=6, epochs=100) == {"param.spec.epochs": 100, "param.spec.t": 6}
+    assert _legacy(t="None", epochs=10) == {"param.spec.epochs": 10, "param.spec.t": None}
+    assert _legacy(t=60) == {"param.spec.epochs": 100, "param.spec.t": 60}
+    # SSAT-MBI-AWR runs 120 epochs on CIFAR-10 (200 on CIFAR-100): 12 of 120 is 10 of 100
+    assert _legacy("ssat-mbi-awr", t=6, epochs=12) == {"param.spec.epochs": 120, "param.spec.t": 60}
+    assert _legacy("ssat-mbi-awr", "cifar100", t=6, epochs=20) == {"param.spec.epochs": 200, "param.spec.t": 60}
 
-    for overrides in ({"seed": 3}, {"seed": 0, "attack.schedule": "linear", "attack.t": 4, "data.root": "/x",
-                                    "system.threads": 2, "method.interpolate": False}):
-        cfg = config.from_dict({}, overrides)
-        assert flat_params(cfg.to_dict()) == cfg.model_params()
-        assert config_hash(cfg.to_dict()) == cfg.config_hash()
+
+def test_runs_frame_infers_spec_params_only_for_trials_that_lack_them():
+    logged = {"run_id": "a", "meta.kind": "trial", "param.method": "ssat-mbi", "param.schedule": "linear",
+              "param.t": "4", "param.epochs": "6", "param.spec.epochs": "100", "param.spec.t": "60"}
+    before = {**{k: v for k, v in logged.items() if not k.startswith("param.spec")}, "run_id": "b"}
+    teacher = {"run_id": "c", "meta.kind": "teacher", "param.dataset": "cifar10"}
+    runs = runs_frame([logged, before, teacher]).set_index("run_id")
+    assert runs.loc["a", "param.spec.t"] == 60 and runs.loc["a", "param.spec.epochs"] == 100  # as logged
+    assert runs.loc["b", "param.spec.t"] == 4 and runs.loc["b", "param.spec.epochs"] == 6  # ambiguous: as run
+    assert pd.isna(runs.loc["c", "param.spec.t"]) and pd.isna(runs.loc["c", "param.spec.epochs"])
+    assert [schedule_label(runs.loc[i]) for i in ("a", "b")] == ["Linear-60", "Linear-4/6ep"]

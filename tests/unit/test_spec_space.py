@@ -49,22 +49,19 @@ def space_refused(space: dict, message: str) -> None:
 
 
 # ---- trials and their tags ----------------------------------------------------------------------------------
-def test_grid_trials_rows_times_seeds_with_key_and_meta():
-    spec = parse_spec(grid(seeds=[3, 4], table="ablation", column_group="mnist/cnn", expected_seeds=5,
-                           grid=[{"row": "lo", "set": {"method.beta": 0.25}}, {"row": "hi", "set": {"method.beta": 1}}]))
+def test_grid_trials_rows_times_seeds_with_their_epochs_and_t_before_rescaling():
+    rows = [{"row": "lo", "set": {"method.beta": 0.25}}, {"row": "hi", "set": {"method.beta": 1, "attack.t": 6}}]
+    spec = parse_spec(grid(seeds=[3, 4], table="ablation", column_group="mnist/cnn", expected_seeds=5, grid=rows))
     trials = spec.trials()
     assert [(t.row, t.seed, t.config.method.beta, t.config.seed) for t in trials] == [
         ("lo", 3, 0.25, 3), ("lo", 4, 0.25, 4), ("hi", 3, 1.0, 3), ("hi", 4, 1.0, 4)]
-    t = trials[1]
-    assert t.stage == "grid" and t.key == f"{t.config.config_hash()}-s4-grid"
-    assert t.meta(spec) == {"sweep": "unit", "stage": "grid", "table": "ablation", "row": "lo",
-                            "column_group": "mnist/cnn", "seed": 4, "expected_seeds": 5,
-                            "config_hash": t.config.config_hash(), "trial_key": t.key}
-
-
-def test_trial_key_names_hash_seed_and_stage():
-    cfg = parse_spec(GRID).trials()[0].config
-    assert Trial(cfg, "r", "confirm", 11).key == cfg.config_hash() + "-s11-confirm"
+    assert trials[1].stage == "grid"
+    assert [t.spec_meta for t in trials[::2]] == [{"spec_epochs": 10, "spec_t": 7}, {"spec_epochs": 10, "spec_t": 6}]
+    # --epochs 5 halves every t (7 -> 4, 6 -> 3); the trials still say what their spec ran
+    short = parse_spec(grid(seeds=[3], grid=rows), epochs=5).trials()
+    assert [(t.config.optim.epochs, t.config.attack.t) for t in short] == [(5, 4), (5, 3)]
+    assert [t.spec_meta for t in short] == [{"spec_epochs": 10, "spec_t": 7}, {"spec_epochs": 10, "spec_t": 6}]
+    assert Trial(short[0].config, "r", "confirm", 11).spec_meta == {}  # a confirm trial samples at its length
 
 
 def test_defaults_of_an_almost_empty_grid_spec():

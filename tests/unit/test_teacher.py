@@ -18,6 +18,7 @@ from ssat.config import from_dict
 from ssat.datasets import DATASET_INFO, load_arrays, split_for, to_float
 from ssat.presets import preset, teacher_preset
 from ssat.pseudo_labels import PseudoLabelError
+from ssat.storage import load_verified
 
 TINY = {"data.n_unlabeled": 150, "data.n_val": 60, "teacher.steps": 3, "teacher.eval_every": 2,
         "teacher.labeled_batch": 16, "teacher.unlabeled_batch": 24, "eval.autoattack": False, "eval.test_n": 40,
@@ -263,17 +264,21 @@ def test_train_teacher_outputs_and_provenance(tmp_path):
 
 def test_cache_miss_then_hit(tmp_path, counted):
     cfg = tiny(tmp_path)
-    path = T.ensure_teacher(cfg, log=lambda s: None)
+    made = T.ensure_teacher(cfg, log=lambda s: None)
+    path = made.path
     assert counted == [1] and path.exists() and path.with_name("teacher.pt.sha256").exists()
     mtime = path.stat().st_mtime_ns
-    assert T.ensure_teacher(cfg, log=lambda s: None) == path
     arrays, split = split_for(cfg)
+    # what it made is what the file stores: key, split and provenance, as a later call finds them
+    assert (made.key, made.split_hash) == (T.teacher_key(cfg, split), split.hash)
+    assert made.provenance == load_verified(path)["provenance"] and made.provenance["key"] == made.key
+    assert T.ensure_teacher(cfg, log=lambda s: None) == made
     out = T.resolve_teacher(cfg, arrays, split, log=lambda s: None)
     assert counted == [1] and path.stat().st_mtime_ns == mtime  # neither call trained or wrote
     assert out.split_hash == split.hash and out.provenance["key"] == T.teacher_key(cfg, split)
     # Another teacher config is another teacher: a miss.
     other = cfg.replace(**{"teacher.seed": 1})
-    assert T.ensure_teacher(other, log=lambda s: None) != path and counted == [1, 1]
+    assert T.ensure_teacher(other, log=lambda s: None).path != path and counted == [1, 1]
 
 
 def test_resolve_trains_when_not_cached_and_a_corrupt_cache_is_remade(tmp_path, counted):
@@ -313,7 +318,7 @@ def _concurrent_worker(cfg_dict, arrays_file, barrier, queue):
     cfg = _from_dict(cfg_dict)
     logs = []
     barrier.wait(timeout=120)
-    path = TT.ensure_teacher(cfg, log=logs.append)
+    path = TT.ensure_teacher(cfg, log=logs.append).path
     queue.put((len(trained), str(path), logs))
 
 

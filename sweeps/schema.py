@@ -1,0 +1,86 @@
+"""The tracking schema (docs/tracking.md) in one place: how a run is keyed, and the tags and parameters it is
+created with, for the sweep's parent run, its teacher runs and its trial runs.
+
+A run record is what `Tracker.ensure_run(key, tags, params, name)` takes. The trainable computes its trial's
+record (`trial_record`) and reports it with every result (`run_json`), so a Ray results folder carries
+the same record as the MLflow run the driver's callback makes from it; `analysis/` reads the record and
+derives nothing. Tags say which run it is and where it belongs (identity, table, row, status: they can
+change); parameters say what was trained (they never change once logged).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ssat.config import Config
+from ssat.faults import run_key
+
+UNSCALED_STAGES = ("search", "confirm")  # sampled at the length they run: nothing was rescaled after
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    key: str
+    tags: dict[str, Any]
+    params: dict[str, Any]
+    name: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def trial_key(sweep: str, config_hash: str, seed: int, stage: str) -> str:
+    """`<sweep>-<config_hash>-s<seed>-<stage>`: how a resumed or retried trial finds its run again."""
+    return f"{sweep}-{run_key(config_hash, seed)}-{stage}"
+
+
+def sweep_key(sweep: str) -> str:
+    return f"{sweep}-sweep"
+
+
+def sweep_record(sweep: str, table: str, spec_path: str, preset: str, code: dict) -> RunRecord:
+    """The sweep's parent run: the spec file, its preset and the code version (git commit, lock hash)."""
+    return RunRecord(sweep_key(sweep), {"ssat.kind": "sweep", "ssat.sweep": sweep, "ssat.table": table},
+                     {"spec": spec_path, "preset": preset, **code}, sweep)
+
+
+def teacher_record(sweep: str, cfg: Config, split_hash: str, teacher_key: str) -> RunRecord:
+    """A split's FixMatch teacher: the FixMatch row of the main table, made complete (FINISHED)."""
+    ds, model = cfg.data.dataset, cfg.teacher.model or cfg.model.name
+    tags = {"ssat.kind": "teacher", "ssat.sweep": sweep, "ssat.table": "main", "ssat.row": "FixMatch",
+            "ssat.dataset": ds, "ssat.split_hash": split_hash, "ssat.column_group": f"{ds}/{model}",
+            "ssat.status": "FINISHED"}
+    params = {**{f"teacher.{k}": v for k, v in cfg.to_dict()["teacher"].items()},
+              "dataset": ds, "split_seed": cfg.data.split_seed, "model": model}
+    return RunRecord(f"{sweep}-teacher-{split_hash}-{teacher_key}", tags, params, f"teacher-{ds}-{split_hash}")
+
+
+def spec_meta(unscaled: Config) -> dict:
+    """A grid trial's meta entries from its config before `--epochs` rescaled it (sweeps.spec.Spec.trials)."""
+    return {"spec_epochs": unscaled.optim.epochs, "spec_t": unscaled.attack.t}
+
+
+def spec_params(cfg: Config, meta: dict) -> dict:
+    """`spec.epochs`, `spec.t`: the trial's epoch length and t before `--epochs` rescaled them (what a paper
+    table's row names, e.g. Linear-60 of 100 epochs for a run shortened to 10). A grid trial's stage gives
+    them in its meta (`spec_meta`); search and confirm trials sample at the length they run, so theirs are
+    the trained ones. Nothing for a grid trial of a stage built before they were logged (a resumed sweep's):
+    its run has no `spec.*`, and analysis infers them as for runs logged before (legacy_spec_params)."""
+    if "spec_epochs" in meta:
+        return {"spec.epochs": meta["spec_epochs"], "spec.t": meta["spec_t"]}
+    if meta["stage"] in UNSCALED_STAGES:
+        return {"spec.epochs": cfg.optim.epochs, "spec.t": cfg.attack.t}
+    return {}
+
+
+def trial_record(cfg: Config, meta: dict, sampled: dict) -> RunRecord:
+    """A trial's run: tags from its meta (sweep, stage, table, row, ...), the flat parameters of its config
+    (`Config.model_params`), `spec.*` and the values a search sampled (`sampled.<dotted.key>`)."""
+    config_hash = cfg.config_hash()
+    key = trial_key(meta["sweep"], config_hash, cfg.seed, meta["stage"])
+    tags = {"ssat.kind": "trial", "ssat.key": key, "ssat.sweep": meta["sweep"], "ssat.stage": meta["stage"],
+            "ssat.table": meta.get("table", ""), "ssat.row": meta.get("row", ""),
+            "ssat.column_group": meta.get("column_group", ""), "ssat.seed": cfg.seed,
+            "ssat.expected_seeds": meta.get("expected_seeds", ""), "ssat.config_hash": config_hash}
+    params = {**cfg.model_params(), **spec_params(cfg, meta), **{f"sampled.{k}": v for k, v in sampled.items()}}
+    return RunRecord(key, tags, params, f"{meta.get('row') or config_hash}-seed{cfg.seed}")

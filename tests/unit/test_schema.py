@@ -1,0 +1,151 @@
+"""The tracking schema (sweeps/schema.py): run keys, the record a trial reports and logs, read back by analysis
+from a Ray results folder and from a real MLflow SQLite store; runs and journals of the code before it."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from analysis.collect import load_mlflow_runs, load_ray_runs
+from analysis.specs import schedule_label
+from ssat import faults
+from ssat.config import from_dict
+from ssat.presets import PRESETS, preset
+from sweeps.callback import TrackingCallback
+from sweeps.schema import sweep_record, teacher_record, trial_key
+from sweeps.spec import parse_spec
+from sweeps.trainable import resolve_trial
+from tests.unit.test_tracking_store import store  # noqa: F401  (a fresh real MLflow SQLite store)
+
+# Config.config_hash of every preset as the code before the run record computed it (commit de0daee): a
+# sweep started then finds its runs (keyed by the hash) when it resumes now.
+PRESET_HASHES = {
+    "cifar10-rst": "78233ce62dc7", "cifar10-srst-awr": "627a517573bc", "cifar10-ssat-mbi": "6ac76e1fee2a",
+    "cifar10-ssat-mbi-awr": "7f75e96b48f6", "cifar10-trades-ours-resnet18": "2a94910623e3",
+    "cifar10-trades-ours-wrn-28-5": "427348d7be73", "cifar10-trades-resnet18": "81f34f1e15a5",
+    "cifar10-trades-wrn-28-5": "3cc023a3769b", "cifar10-uat++": "536391d4a03d", "cifar100-rst": "6076d6d13a9d",
+    "cifar100-srst-awr": "50033d863efd", "cifar100-ssat-mbi": "c875b0b1b2e1", "cifar100-ssat-mbi-awr": "5a7b01570362",
+    "cifar100-uat++": "75e328ead0c2", "mnist5k-rst": "345ddecad97f", "mnist5k-srst-awr": "bf02d4cd5c5d",
+    "mnist5k-ssat-mbi": "17d46df81f4a", "mnist5k-ssat-mbi-awr": "673476a50887", "mnist5k-standard": "2e49feee4e65",
+    "mnist5k-trades": "fcc48d701be4", "mnist5k-uat++": "6f8e6873e97e", "svhn-rst": "fce20806abd5",
+    "svhn-srst-awr": "78fd59bcbaf3", "svhn-ssat-mbi": "13fe713eb0bb", "svhn-ssat-mbi-awr": "2eecb1d3b57a",
+    "svhn-uat++": "f69b6c8206e8"}
+
+# A 10-epoch Linear-6 row run with --epochs 5: it trains t=3 of 5 epochs
+SPEC = {"name": "unit", "preset": "mnist5k-ssat-mbi", "table": "schedules", "column_group": "mnist5k/cnn-small",
+        "seeds": [3], "expected_seeds": 2, "grid": [{"row": "lin", "set": {"attack.schedule": "linear", "attack.t": 6}}]}
+TRAINED = {"method": "ssat-mbi", "schedule": "linear", "t": 3, "gamma": 1.25, "eps": 0.3, "rho0": 0.05,
+           "rho_double_epoch": None, "beta": 0.4, "tau": 2.0, "K": 3, "lambda": 8.0, "interpolate": True, "seed": 3,
+           "split_seed": 0, "dataset": "mnist5k", "model": "cnn-small", "precision": "auto", "epochs": 5}
+
+
+def grid_config(spec_meta: bool = True) -> dict:
+    """The Tune config of the spec's trial, as sweeps.tuners.grid_tuner gives it (optionally without spec_*,
+    as a stage built by the code before the run record)."""
+    (t,) = parse_spec(SPEC, epochs=5).trials()
+    meta = {"sweep": "unit", "table": "schedules", "column_group": "mnist5k/cnn-small", "expected_seeds": 2,
+            "cpus": 1, "gpu": 0, "metrics": ["val/pgd10"], "stage": t.stage, "row": t.row, "seed": t.seed,
+            **(t.spec_meta if spec_meta else {})}
+    return {"trial": {"meta": meta, "cfg": t.config.to_dict()}}
+
+
+def test_every_preset_keeps_its_config_hash_and_a_trial_key_wraps_the_fault_key():
+    assert {name: from_dict(preset(name)).config_hash() for name in PRESETS} == PRESET_HASHES
+    assert faults.run_key("17d46df81f4a", 3) == "17d46df81f4a-s3"
+    assert trial_key("unit", "17d46df81f4a", 3, "grid") == "unit-17d46df81f4a-s3-grid"
+
+
+def test_a_grid_trial_records_what_it_trained_and_what_its_spec_said():
+    cfg, meta = resolve_trial(grid_config())
+    rec = meta["record"]
+    h = cfg.config_hash()
+    assert rec.key == meta["trial_key"] == f"unit-{h}-s3-grid" and rec.name == "lin-seed3"
+    assert rec.tags == {"ssat.kind": "trial", "ssat.key": rec.key, "ssat.sweep": "unit", "ssat.stage": "grid",
+                        "ssat.table": "schedules", "ssat.row": "lin", "ssat.column_group": "mnist5k/cnn-small",
+                        "ssat.seed": 3, "ssat.expected_seeds": 2, "ssat.config_hash": h}
+    assert rec.params == {**TRAINED, "spec.epochs": 10, "spec.t": 6}
+    # a stage built before spec_* were in the meta (a resumed sweep's): no spec.* (analysis infers them)
+    assert resolve_trial(grid_config(spec_meta=False))[1]["record"].params == TRAINED
+
+
+def test_search_and_confirm_trials_record_sampled_values_at_the_length_they_run():
+    raw = {**{k: v for k, v in SPEC.items() if k != "grid"}, "search": {"space": {"method.beta": {"float": [0.0, 1.0]}}}}
+    spec = parse_spec(raw, epochs=5)
+    meta = {"sweep": "unit", "stage": "search", "row": "", "seed": 3}
+    cfg, m = resolve_trial({"meta": meta, "base": spec.base, "method.beta": 0.7})
+    p = m["record"].params
+    assert (p["beta"], p["sampled.method.beta"], p["seed"]) == (0.7, 0.7, 3)
+    assert (p["epochs"], p["t"], p["spec.epochs"], p["spec.t"]) == (5, 4, 5, 4)  # the preset's t=7 of 10, halved
+    assert m["trial_key"] == f"unit-{cfg.config_hash()}-s3-search" and m["sampled"] == {"method.beta": 0.7}
+    cfg, m = resolve_trial({"trial": {"meta": {**meta, "stage": "confirm", "row": "confirm-1"},
+                                      "cfg": spec.config_for({"method.beta": 0.7}, 10).to_dict()}})
+    p = m["record"].params
+    assert (p["beta"], p["seed"], p["spec.epochs"], p["spec.t"]) == (0.7, 10, 5, 4) and "sampled.method.beta" not in p
+
+
+def test_sweep_and_teacher_records():
+    s = sweep_record("unit", "ablation", "specs/x.yaml", "mnist5k-ssat-mbi", {"git_commit": "abc"})
+    assert (s.key, s.name) == ("unit-sweep", "unit")
+    assert s.tags == {"ssat.kind": "sweep", "ssat.sweep": "unit", "ssat.table": "ablation"}
+    assert s.params == {"spec": "specs/x.yaml", "preset": "mnist5k-ssat-mbi", "git_commit": "abc"}
+    cfg = from_dict(preset("mnist5k-ssat-mbi"), {"data.split_seed": 2})
+    t = teacher_record("unit", cfg, "split0123", "tkey42")
+    assert (t.key, t.name) == ("unit-teacher-split0123-tkey42", "teacher-mnist5k-split0123")
+    assert t.tags == {"ssat.kind": "teacher", "ssat.sweep": "unit", "ssat.table": "main", "ssat.row": "FixMatch",
+                      "ssat.dataset": "mnist5k", "ssat.split_hash": "split0123",
+                      "ssat.column_group": "mnist5k/cnn-small", "ssat.status": "FINISHED"}
+    assert (t.params["dataset"], t.params["split_seed"], t.params["model"]) == ("mnist5k", 2, "cnn-small")
+    assert t.params["teacher.steps"] == cfg.teacher.steps and t.params["teacher.model"] is None
+
+
+def test_mlflow_and_a_ray_folder_give_analysis_the_same_record(store, tmp_path):
+    """The callback logs the record to a real store; the trainable's report (run_json) in a Ray folder; analysis
+    reads the same tags and parameters from both, and a label from the spec's t, not the trained one."""
+    config = grid_config()
+    cb = TrackingCallback(store, "unit", str(tmp_path / "sweep"), None)
+    cb._start(SimpleNamespace(config=config, trial_id="t_1"))
+    assert cb.tracker.queue == []
+    rec = resolve_trial(config)[1]["record"]
+    trial = tmp_path / "ray" / "train_trial_1"
+    trial.mkdir(parents=True)
+    (trial / "params.json").write_text(json.dumps(config))
+    (trial / "result.json").write_text(json.dumps({"epoch": 1, "val/clean": 50.0,
+                                                   "run_json": json.dumps(rec.as_dict())}) + "\n")
+    mlflow = load_mlflow_runs(["unit"], tracking_uri=store).iloc[0]
+    ray = load_ray_runs(tmp_path / "ray").iloc[0]
+    cols = sorted(c for c in mlflow.index if c.startswith("param.") or (c.startswith("meta.") and c not in
+                                                                         ("meta.status", "meta.ray_trial_id")))
+    assert cols == sorted(c for c in ray.index if c.startswith(("param.", "meta.")) and c != "meta.status")
+    pd.testing.assert_series_equal(mlflow[cols], ray[cols], check_names=False)
+    assert (mlflow["meta.key"], mlflow["param.t"], mlflow["param.spec.t"], mlflow["param.spec.epochs"]) == \
+        (rec.key, 3, 6, 10)
+    assert mlflow["meta.status"] == "RUNNING" and schedule_label(mlflow) == schedule_label(ray) == "Linear-6/10ep"
+
+
+def test_a_journal_of_the_code_before_replays_and_its_run_is_found_again(store, tmp_path):
+    """A driver of the code before the run record died with its trial's `ensure` unsent; the new callback adopts
+    the journal, sends it, and finds that run by the same key: one run, with the parameters first written,
+    which analysis completes with the inferred spec.*."""
+    config = grid_config(spec_meta=False)
+    cfg, meta = resolve_trial(config)
+    old_tags = {"ssat.kind": "trial", "ssat.sweep": "unit", "ssat.stage": "grid", "ssat.table": "schedules",
+                "ssat.row": "lin", "ssat.column_group": "mnist5k/cnn-small", "ssat.seed": 3,
+                "ssat.expected_seeds": 2, "ssat.config_hash": cfg.config_hash(), "ssat.status": "RUNNING"}
+    old_key = f"unit-{cfg.config_hash()}-s{cfg.seed}-grid"  # the key as the code before built it
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    dead = sweep / "tracking_spool.otherhost.1.0.jsonl"  # another host's driver: adopted
+    dead.write_text(json.dumps({"op": "ensure", "key": old_key, "tags": old_tags, "params": cfg.model_params(),
+                                "name": "lin-seed3"}) + "\n")
+    cb = TrackingCallback(store, "unit", str(sweep), None)
+    cb._start(SimpleNamespace(config=config, trial_id="t_2"))
+    assert cb.tracker.queue == [] and not dead.exists()
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("unit").experiment_id])
+    assert len(runs) == 1 and runs[0].data.tags["ssat.key"] == old_key == meta["trial_key"]
+    assert "spec.t" not in runs[0].data.params and runs[0].data.tags["ssat.ray_trial_id"] == "t_2"
+    run = load_mlflow_runs(["unit"], tracking_uri=store).iloc[0]
+    # t=3 of 5 epochs: 50 and 60 of 100 both scale to it (2.5 and 3.0 round to 3), so it is its own spec
+    assert (run["param.spec.epochs"], run["param.spec.t"], schedule_label(run)) == (5, 3, "Linear-3/5ep")
