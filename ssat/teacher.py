@@ -397,9 +397,10 @@ def resolve_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> Teac
         if not Path(user).exists():
             raise PseudoLabelError(f"data.pseudo_labels: {user}: no such file")
         out = load_teacher_outputs(user, split_hash=split.hash, n_unlabeled=len(split.unlabeled),
-                                   num_classes=arrays.num_classes)
+                                   num_classes=arrays.num_classes, user_file=True)
         log(f"teacher: user-provided pseudo-labels {user} ({tuple(out.logits.shape)}, "
-            f"{'with' if out.model_state is not None else 'without'} weights)")
+            f"{'with' if out.model_state is not None else 'without'} weights, "
+            f"{'verified' if out.verified else 'UNVERIFIED: no .sha256 sidecar'})")
         return out
     return _obtain(cfg, arrays, split, log)
 

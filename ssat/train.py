@@ -29,11 +29,11 @@ from .config import Config
 from .datasets import AWRBatches, DATASET_INFO, UnionBatches, split_for, to_float
 from .evaluate import evaluate_model, flatten_results
 from .interpolation import interpolate
-from .losses import UNION_LOSSES, awr_loss
+from .methods import METHOD_REGISTRY
 from .models import create_model
 from .pseudo_labels import TeacherOutputs
 from .runtime import resolve_device, seed_everything
-from .schedules import epsilon_schedule, lr_at, rho_schedule
+from .schedules import at_epoch
 from .storage import load_verified, save_verified
 
 
@@ -52,6 +52,7 @@ class Trainer:
     def __init__(self, cfg: Config, out_dir: str | Path, teacher: TeacherOutputs | None = None,
                  log: Callable[[str], None] = print):
         self.cfg, self.out, self.log = cfg, Path(out_dir), log
+        self.method = METHOD_REGISTRY[cfg.method.name]
         self.out.mkdir(parents=True, exist_ok=True)
         s = cfg.system
         if s.threads:
@@ -60,7 +61,7 @@ class Trainer:
         if self.device.type == "cuda" and s.cuda_memory_fraction:
             torch.cuda.set_per_process_memory_fraction(s.cuda_memory_fraction, self.device)
         seed_everything(cfg.seed)
-        faults.set_context(cfg.seed, f"{cfg.config_hash()}-s{cfg.seed}")
+        faults.set_context(cfg.seed, faults.run_key(cfg.config_hash(), cfg.seed))
         self.arrays, self.split = split_for(cfg)
         self.num_classes, self.channels = DATASET_INFO[cfg.data.dataset][:2]
         flip = DATASET_INFO[cfg.data.dataset][5]
@@ -115,10 +116,8 @@ class Trainer:
 
     # ---- schedules ----------------------------------------------------------------------------
     def schedule(self, epoch: int) -> dict[str, float]:
-        c = self.cfg
-        return {"eps_max": epsilon_schedule(c.attack.schedule, epoch, eps=c.eps, t=c.attack.t, gamma=c.attack.gamma),
-                "rho": rho_schedule(epoch, c.method.rho0, c.method.rho_double_epoch),
-                "lr": lr_at(epoch, c.optim.lr, c.optim.lr_milestones, c.optim.lr_factors)}
+        """eps_max, rho and lr of `epoch` (ssat.schedules.at_epoch: the dry run prints the same numbers)."""
+        return at_epoch(self.cfg, epoch)
 
     # ---- one step -----------------------------------------------------------------------------
     def _attack(self, x, targets, eps_max, rho):
@@ -132,8 +131,10 @@ class Trainer:
         return x_pgd, x_adv, alpha
 
     def _union_step(self, x, y, eps_max, rho):
+        """One union batch, x (B, ...) with y (B,) labels or (B, C) soft targets -> the method's loss terms."""
+        m = self.cfg.method
         x = self._prep(x)
-        standard = self.cfg.method.lam == 0 and self.cfg.method.name != "uat++"  # no term uses x_adv
+        standard = m.lam == 0 and not self.method.ce_on_adv  # no term uses x_adv: no attack
         with self._autocast():
             if standard:
                 x_pgd = x_adv = x
@@ -144,10 +145,11 @@ class Trainer:
             lx = self.net(x)
             la = self.net(x_adv)
             lp = la if x_adv is x_pgd else self.net(x_pgd)
-            terms = UNION_LOSSES[self.cfg.method.name](lx, la, lp, y, self.cfg.method)
+            terms = self.method.loss(lx, la, lp, y, m, self.method.beta(m))
         return terms, x, x_pgd, x_adv, alpha
 
     def _awr_step(self, xl, yl, xu, eps_max, rho):
+        """A labeled batch xl (n, ...), yl (n,) and an unlabeled one xu (u, ...) -> the method's loss terms."""
         m = self.cfg.method
         xl, xu = self._prep(xl), self._prep(xu)
         with self._autocast():
@@ -158,9 +160,7 @@ class Trainer:
             self.net.train()
             ll, lu, la = self.net(xl), self.net(xu), self.net(x_adv)
             lp = la if x_adv is x_pgd else self.net(x_pgd)
-            beta = 0.0 if m.name == "srst-awr" else m.beta
-            terms = awr_loss(ll, yl, lu, la, lp, t_logits, lam=m.lam, beta=beta, label_smoothing=m.label_smoothing,
-                             gamma_prime=m.gamma_prime, tau_prime=m.tau_prime)
+            terms = self.method.loss(ll, yl, lu, la, lp, t_logits, m, self.method.beta(m))
         return terms, xu, x_pgd, x_adv, alpha
 
     # ---- one epoch ----------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class Trainer:
         t0 = time.perf_counter()
         for i, batch in enumerate(self.batches.epoch(self.gen)):
             faults.maybe("epoch", epoch, step=i)
-            if self.cfg.is_awr:
+            if self.method.batching == "awr":  # the batching decides the step, the method's loss the terms
                 terms, x, x_pgd, x_adv, alpha = self._awr_step(*batch, sched["eps_max"], sched["rho"])
                 n_batch = len(batch[0]) + len(batch[2])
             else:

@@ -83,6 +83,8 @@ def repro_record(cfg: Config, trainer: Trainer, meta: dict) -> dict:
         "gpu_share": meta.get("gpu", 0), "threads": torch.get_num_threads(), "split_hash": trainer.split.hash,
         "precision": trainer.precision, "channels_last": trainer.channels_last, "compile": cfg.system.compile,
         "teacher_run_id": meta.get("teacher_run_id"), "teacher_split_hash": getattr(trainer.teacher, "split_hash", None),
+        # a user's data.pseudo_labels file without its .sha256 sidecar was loaded unverified: say so
+        "teacher_verified": getattr(trainer.teacher, "verified", None),
         "dataset_checksums": dataset_checksums(cfg.data.dataset, cfg.data.root),
         "ray_trial_id": ctx.get_trial_id(), "node": socket.gethostname(), "pid": os.getpid(),
     }

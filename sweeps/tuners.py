@@ -59,7 +59,7 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths, phase: str, uri: str, ext
     from ray import tune
 
     meta = _meta(spec, extra)
-    space = [{"meta": {**meta, "stage": t.stage, "row": t.row, "seed": t.seed}, "cfg": t.config.to_dict()}
+    space = [{"meta": {**meta, "stage": t.stage, "row": t.row, "seed": t.seed, **t.spec_meta}, "cfg": t.config.to_dict()}
              for t in trials]
     return tune.Tuner(_trainable(spec), param_space={"trial": tune.grid_search(space)},
                       tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
