@@ -1,4 +1,4 @@
-"""The FixMatch teacher of Algorithm 1, lines 1-3: trained once per split, stored, found again.
+"""The teacher of Algorithm 1, lines 1-3, as a cache: trained once per split (`ssat.fixmatch`), stored, found again.
 
 A teacher trained with FixMatch on the labeled and unlabeled images gives every unlabeled image of the
 student's split a soft pseudo-label y~ = softmax(f_T(x)). Its logits (not only probabilities, so that a
@@ -14,11 +14,7 @@ stage of its own (`ensure_teacher`, run by a sweep's driver before any trial); t
 On a cluster the teacher_dir must be storage every node reads (and whose flock works across nodes, e.g. a
 local or NFSv4 file system); the sweep's driver-side stage makes the cross-node case a read-only one.
 
-FixMatch (Sohn et al., 2020) as the paper's appendix states it, following SRST-AWR's recipe:
-loss = CE(f(alpha(x_l)), y_l) + lambda_u * mean_u[ 1{max p(alpha(x_u)) >= t} * CE(f(A(x_u)), argmax p(alpha(x_u))) ]
-with one joint forward pass of the labeled, weak and strong batches (shared BatchNorm statistics), SGD with
-a cosine schedule over `teacher.steps`, optional weight EMA (`teacher.ema`, the original FixMatch's 0.999),
-and the checkpoint selected by clean accuracy on the validation set, never the test set.
+The training itself is FixMatch (`ssat.fixmatch`).
 
 CLI: python -m ssat.teacher --preset PRESET [--set k=v ...] [--teacher-dir DIR] [--data-root DIR] [--force]
 """
@@ -26,59 +22,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import fcntl
-import hashlib
 import json
-import math
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from .augment_strong import strong_augment, weak_augment
-from .datasets import DATASET_INFO, Arrays, Split, split_for, to_float
+from .datasets import Arrays, Split, split_for
+from .fixmatch import teacher_key, train_teacher
 from .models import create_model
 from .pseudo_labels import PseudoLabelError, TeacherOutputs, load_teacher_outputs
-from .runtime import resolve_device, threads
 from .storage import CorruptFileError
 
-TEACHER_VERSION = "fixmatch-1"  # bump when the training code changes what a config produces
-# RandAugment draws its operations per chunk of this many images (crop, flip and Cutout stay per image):
-# per-image calls cost ~4x more on a CPU, for little extra diversity. Part of the cache key.
-RANDAUGMENT_CHUNK = 4
-CHECK_EVERY = 25  # steps between finiteness checks on a GPU
 DEFAULT_TEACHER_DIR = "runs/teachers"
 
 Log = Callable[[str], None]
 
 
-class TeacherTrainingError(RuntimeError):
-    """The teacher's loss became NaN or infinite."""
-
-
 # ---- identity and location -------------------------------------------------------------------
-def resolved_teacher_config(cfg) -> dict:
-    """cfg.teacher as a dict with the architecture resolved (None -> the student's model.name)."""
-    d = dataclasses.asdict(cfg.teacher)
-    d["model"] = cfg.teacher.model or cfg.model.name
-    return d
-
-
-def teacher_key(cfg, split: Split) -> str:
-    """Hex key of (dataset, split hash, resolved teacher config, code version)."""
-    payload = {"version": TEACHER_VERSION, "randaugment_chunk": RANDAUGMENT_CHUNK, "dataset": cfg.data.dataset,
-               "split_hash": split.hash, "teacher": resolved_teacher_config(cfg)}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def teacher_root(cfg) -> Path:
     root = cfg.data.teacher_dir or os.environ.get("SSAT_TEACHER_DIR") or DEFAULT_TEACHER_DIR
     return Path(root).expanduser().resolve()
@@ -86,234 +52,6 @@ def teacher_root(cfg) -> Path:
 
 def teacher_path(cfg, split: Split) -> Path:
     return teacher_root(cfg) / f"{cfg.data.dataset}-{split.hash}-{teacher_key(cfg, split)}" / "teacher.pt"
-
-
-def teacher_pool(cfg, split: Split, n_train: int) -> np.ndarray:
-    """The teacher's unlabeled images: every training image except validation (and except the labeled ones
-    unless teacher.unlabeled_includes_labeled). When data.n_unlabeled caps the student's pool (smoke runs),
-    the teacher's pool is that capped set instead (plus or minus the labeled images)."""
-    includes = cfg.teacher.unlabeled_includes_labeled
-    base = split.unlabeled if cfg.data.n_unlabeled is not None else np.setdiff1d(np.arange(n_train), split.val)
-    if includes:
-        return np.union1d(base, split.labeled)
-    return np.setdiff1d(base, split.labeled)
-
-
-# ---- the FixMatch objective ------------------------------------------------------------------
-def confidence_mask(logits_weak: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mask, hard pseudo-labels): rows whose max softmax probability on the weak view is >= threshold."""
-    probs = torch.softmax(logits_weak.detach().float(), dim=1)
-    conf, pseudo = probs.max(dim=1)
-    return conf >= threshold, pseudo
-
-
-def fixmatch_loss(logits_l: torch.Tensor, y_l: torch.Tensor, logits_uw: torch.Tensor, logits_us: torch.Tensor, *,
-                  threshold: float, lambda_u: float) -> dict[str, torch.Tensor]:
-    """l_s + lambda_u * l_u (the paper's appendix); l_u averages over all unlabeled images, masked ones count 0."""
-    sup = F.cross_entropy(logits_l.float(), y_l)
-    mask, pseudo = confidence_mask(logits_uw, threshold)
-    per = F.cross_entropy(logits_us.float(), pseudo, reduction="none")
-    unsup = (per * mask.float()).mean() if len(per) else per.sum()
-    return {"loss": sup + lambda_u * unsup, "sup": sup.detach(), "unsup": unsup.detach(),
-            "mask_rate": mask.float().mean() if len(per) else torch.zeros(())}
-
-
-def cosine_lr(base: float, step: int, total: int) -> float:
-    """Cosine decay from `base` at step 0 towards 0 at `total` (SRST-AWR's CosineAnnealingLR, per step)."""
-    return base * 0.5 * (1.0 + math.cos(math.pi * step / max(total, 1)))
-
-
-class _Cycler:
-    """Random batches of indices without replacement; reshuffles when fewer than a batch remain (drop_last)."""
-
-    def __init__(self, n: int, batch: int, gen: torch.Generator):
-        self.n, self.batch, self.gen = n, min(batch, n), gen
-        self.perm, self.pos = torch.randperm(n, generator=gen), 0
-
-    def next(self) -> torch.Tensor:
-        if self.pos + self.batch > self.n:
-            self.perm, self.pos = torch.randperm(self.n, generator=self.gen), 0
-        out = self.perm[self.pos: self.pos + self.batch]
-        self.pos += self.batch
-        return out
-
-
-def _logits(model: nn.Module, x_uint8: torch.Tensor, device, batch_size: int) -> torch.Tensor:
-    """Eval-mode fp32 logits of un-augmented images, on the CPU."""
-    was = model.training
-    model.eval()
-    with torch.no_grad():
-        out = [model(to_float(x_uint8[i: i + batch_size].to(device))).float().cpu()
-               for i in range(0, len(x_uint8), batch_size)]
-    model.train(was)
-    return torch.cat(out) if out else torch.empty(0, 0)
-
-
-def _accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
-    return 100.0 * (logits.argmax(1) == y.cpu()).float().mean().item() if len(y) else float("nan")
-
-
-def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
-    with torch.no_grad():
-        for pe, pm in zip(ema.parameters(), model.parameters()):
-            pe.mul_(decay).add_(pm.detach(), alpha=1 - decay)
-        for be, bm in zip(ema.buffers(), model.buffers()):
-            be.copy_(bm)
-
-
-def _plain(x):
-    """Provenance values as plain Python (loadable with weights_only=True)."""
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return float(x)
-    if isinstance(x, torch.Tensor):
-        return x.item() if x.numel() == 1 else x.tolist()
-    return x
-
-
-# ---- training ------------------------------------------------------------------------------
-def train_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> TeacherOutputs:
-    """Train the FixMatch teacher of this split; return its logits on `split.unlabeled` and weights.
-
-    The global torch RNG is left as it was (the teacher draws from its own seed, `teacher.seed`), so a
-    student seeded before this call starts identically whether or not its teacher had to be trained.
-    """
-    t = cfg.teacher
-    device = resolve_device(cfg.system.device)
-    ds = cfg.data.dataset
-    classes, channels, _, _, _, flip = DATASET_INFO[ds]
-    name = t.model or cfg.model.name
-    if len(split.labeled) == 0:
-        raise ValueError("teacher: the split has no labeled images to train a teacher on")
-    forks = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=forks), threads(cfg.system.threads):
-        return _train_teacher(cfg, arrays, split, log, device, name, classes, channels, flip)
-
-
-def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, flip) -> TeacherOutputs:
-    from .evaluate import evaluate_model
-
-    t, ds = cfg.teacher, cfg.data.dataset
-    torch.manual_seed(t.seed)
-    gen = torch.Generator().manual_seed(t.seed)
-    model = create_model(name, classes, channels).to(device)
-    ema = copy.deepcopy(model).requires_grad_(False) if t.ema else None
-    opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay,
-                          nesterov=t.nesterov)
-    lab = torch.from_numpy(split.labeled)
-    pool = torch.from_numpy(teacher_pool(cfg, split, len(arrays.y_train)))
-    xl, yl = arrays.x_train[lab].to(device), arrays.y_train[lab].to(device)
-    xu = arrays.x_train[pool].to(device)
-    val = torch.from_numpy(split.val)
-    x_val, y_val = arrays.x_train[val], arrays.y_train[val]
-    lab_batches = _Cycler(len(xl), t.labeled_batch, gen)
-    ul_batches = _Cycler(len(xu), t.unlabeled_batch, gen) if len(xu) else None
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.system.precision == "bf16")
-    log(f"teacher: FixMatch {name} on {ds} (split {split.hash}): {len(xl)} labeled, {len(xu)} unlabeled, "
-        f"{len(x_val)} validation images; {t.steps} steps on {device}")
-    best_acc, best_step, best_state, history = -math.inf, 0, None, []
-    # Running sums stay on the device and are read at validation; finiteness is checked every step on a CPU
-    # and every CHECK_EVERY steps on a GPU (each read synchronises).
-    zero = torch.zeros((), device=device)
-    sums = {k: zero.clone() for k in ("loss", "sup", "unsup", "mask_rate")}
-    bad = torch.zeros((), dtype=torch.bool, device=device)
-    n_sum = 0
-    t0, c0 = time.perf_counter(), time.process_time()
-    for step in range(1, t.steps + 1):
-        for g in opt.param_groups:
-            g["lr"] = cosine_lr(t.lr, step - 1, t.steps)
-        bl = lab_batches.next()
-        x_l = weak_augment(xl[bl], gen, flip=flip)
-        if ul_batches is not None:
-            bu = ul_batches.next()
-            x_uw = weak_augment(xu[bu], gen, flip=flip)
-            x_us = strong_augment(xu[bu], gen, flip=flip, num_ops=t.randaugment_ops,
-                                  magnitude=t.randaugment_magnitude, cutout_size=t.cutout,
-                                  chunk=RANDAUGMENT_CHUNK)
-        else:
-            x_uw = x_us = x_l[:0]
-        model.train()
-        with autocast:
-            logits = model(torch.cat([x_l, x_uw, x_us]))
-        l_l, l_uw, l_us = logits.float().split([len(x_l), len(x_uw), len(x_us)])
-        terms = fixmatch_loss(l_l, yl[bl], l_uw, l_us, threshold=t.threshold, lambda_u=t.lambda_u)
-        bad |= ~torch.isfinite(terms["loss"].detach())
-        validate = step % t.eval_every == 0 or step == t.steps
-        if device.type == "cpu" or validate or step % CHECK_EVERY == 0:
-            if bad.item():
-                raise TeacherTrainingError(f"teacher: the loss became NaN or infinite at or before step {step}")
-        opt.zero_grad(set_to_none=True)
-        terms["loss"].backward()
-        opt.step()
-        if ema is not None:
-            _ema_update(ema, model, t.ema)
-        for k in sums:
-            sums[k] += terms[k].detach().float()
-        n_sum += 1
-        if validate:
-            net = ema if ema is not None else model
-            acc = _accuracy(_logits(net, x_val, device, cfg.eval.batch_size), y_val) if len(x_val) else None
-            rec = {"step": step, **{k: v.item() / n_sum for k, v in sums.items()}, "val_acc": acc,
-                   "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - t0}
-            history.append(rec)
-            log(f"teacher step {step}/{t.steps} | loss {rec['loss']:.4f} (sup {rec['sup']:.4f}, unsup "
-                f"{rec['unsup']:.4f}) | mask rate {rec['mask_rate']:.3f} | "
-                + (f"val acc {acc:.2f}%" if acc is not None else "no validation set")
-                + f" | {rec['seconds']:.1f}s, about {rec['seconds'] * (t.steps - step) / step:.0f}s left")
-            sums, n_sum = {k: zero.clone() for k in sums}, 0
-            score = acc if acc is not None else -math.inf
-            if score > best_acc or best_state is None or (acc is None and step == t.steps):
-                best_acc, best_step = score, step
-                best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
-    train_seconds, train_cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-
-    final = create_model(name, classes, channels).to(device)
-    final.load_state_dict(best_state)
-    final.eval()
-    if len(split.unlabeled):
-        logits_u = _logits(final, arrays.x_train[torch.from_numpy(split.unlabeled)], device, cfg.eval.batch_size)
-    else:
-        logits_u = torch.empty(0, classes)
-    y_u = arrays.y_train[torch.from_numpy(split.unlabeled)]
-    pl_acc = _accuracy(logits_u, y_u) if len(y_u) else None
-    val_acc = best_acc if math.isfinite(best_acc) else None
-    pct = lambda v: "n/a" if v is None else f"{v:.2f}%"  # noqa: E731
-    log(f"teacher: selected step {best_step} (val acc {pct(val_acc)}), pseudo-label acc on the {len(y_u)} unlabeled "
-        f"images {pct(pl_acc)}, training {train_seconds:.1f}s "
-        f"({train_cpu_seconds:.1f}s of CPU)")
-
-    # The FixMatch row of the main table: the same test protocol as every other model.
-    e = cfg.eval
-    n = len(arrays.x_test) if e.test_n is None else min(e.test_n, len(arrays.x_test))
-    x, y = to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device)
-    t1 = time.perf_counter()
-    torch.manual_seed(t.seed)  # PGD's random start draws from the global RNG (forked by the caller)
-    test = evaluate_model(final, x, y, eps=cfg.eps, checkpoint="teacher", pgd_steps=e.pgd_steps,
-                          autoattack=e.autoattack, autoattack_n=e.autoattack_n, batch_size=e.batch_size,
-                          subset="full" if n == len(arrays.x_test) else f"first{n}", log=log)
-    eval_seconds = time.perf_counter() - t1
-    log("teacher test: " + "  ".join(f"{a} {r['acc']:.2f}%" for a, r in test.items()))
-
-    provenance = _plain({
-        "teacher_version": TEACHER_VERSION, "key": teacher_key(cfg, split), "dataset": ds,
-        "split_hash": split.hash, "split": split.describe(), "teacher": resolved_teacher_config(cfg),
-        "model_name": name, "val_acc": val_acc, "pseudo_label_acc": pl_acc, "train_seconds": train_seconds,
-        "train_cpu_seconds": train_cpu_seconds, "eval_seconds": eval_seconds, "steps": t.steps,
-        "selected_step": best_step,
-        "selection": "val clean accuracy" if len(x_val) else "last step (no validation set)",
-        "n_labeled": len(xl), "n_unlabeled_teacher": len(xu), "n_unlabeled_student": len(split.unlabeled),
-        "test": test, "test_metrics": {a: r["acc"] for a, r in test.items()}, "eps": cfg.eps,
-        "randaugment_chunk": RANDAUGMENT_CHUNK, "history": history, "device": str(device),
-        "precision": cfg.system.precision, "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    })
-    state = {k: v.detach().cpu().contiguous() for k, v in final.state_dict().items()}
-    return TeacherOutputs(logits_u.float().contiguous(), split.hash, name, state, provenance)
 
 
 # ---- the cache -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import ssat.datasets
+import ssat.fixmatch as FM
 import ssat.teacher as T
 from ssat.augment_strong import cutout, strong_augment, weak_augment
 from ssat.config import from_dict
@@ -101,10 +102,10 @@ def test_strong_views_differ_across_images_of_a_batch(mnist):
     s = strong_augment(x, g, flip=False, num_ops=2, magnitude=10, cutout_size=0.0, pad=0)  # RandAugment only
     distinct = {tuple(v.flatten().tolist()) for v in (s * 255).round().to(torch.uint8)}
     assert len(distinct) >= 8
-    # The teacher draws operations per chunk of T.RANDAUGMENT_CHUNK images: chunks still differ.
-    s4 = strong_augment(x, g, flip=False, cutout_size=0.0, pad=0, chunk=T.RANDAUGMENT_CHUNK)
+    # The teacher draws operations per chunk of FM.RANDAUGMENT_CHUNK images: chunks still differ.
+    s4 = strong_augment(x, g, flip=False, cutout_size=0.0, pad=0, chunk=FM.RANDAUGMENT_CHUNK)
     distinct4 = {tuple(v.flatten().tolist()) for v in (s4 * 255).round().to(torch.uint8)}
-    assert 2 <= len(distinct4) <= 16 // T.RANDAUGMENT_CHUNK
+    assert 2 <= len(distinct4) <= 16 // FM.RANDAUGMENT_CHUNK
 
 
 def test_cutout_is_one_gray_square_of_the_given_side():
@@ -129,7 +130,7 @@ def test_confidence_mask_on_hand_made_logits():
         [math.log(0.96 / 0.02), 0.0, 0.0],     # p = 0.96 -> pass
         [0.0, 0.0, math.log(0.94 / 0.03)],     # p = 0.94 -> fail, class 2
     ])
-    mask, pseudo = T.confidence_mask(logits, 0.95)
+    mask, pseudo = FM.confidence_mask(logits, 0.95)
     assert mask.tolist() == [True, False, False, True, True, False]
     assert pseudo.tolist()[:2] == [0, 0] and pseudo[3] == 1 and pseudo[5] == 2
 
@@ -137,10 +138,10 @@ def test_confidence_mask_on_hand_made_logits():
 def test_confidence_mask_edge_is_inclusive():
     """max p >= threshold passes: softmax of equal logits is exactly 1/C in float32."""
     two, four = torch.zeros(1, 2), torch.zeros(1, 4)
-    assert T.confidence_mask(two, 0.5)[0].tolist() == [True]
-    assert T.confidence_mask(two, 0.5001)[0].tolist() == [False]
-    assert T.confidence_mask(four, 0.25)[0].tolist() == [True]
-    assert T.confidence_mask(four, 0.2501)[0].tolist() == [False]
+    assert FM.confidence_mask(two, 0.5)[0].tolist() == [True]
+    assert FM.confidence_mask(two, 0.5001)[0].tolist() == [False]
+    assert FM.confidence_mask(four, 0.25)[0].tolist() == [True]
+    assert FM.confidence_mask(four, 0.2501)[0].tolist() == [False]
 
 
 def test_fixmatch_loss_closed_form():
@@ -156,15 +157,15 @@ def test_fixmatch_loss_closed_form():
     ll, yl = torch.zeros(2, 3), torch.tensor([0, 2])
     luw = torch.tensor([[ln(98), 0, 0], [0, 0, 0], [0, ln(196), 0], [0, 0, ln(18)]])
     lus = torch.tensor([[0, ln(3), 0], [9.0, -4.0, 2.0], [0, 0, 0], [-3.0, 5.0, 1.0]])
-    out = T.fixmatch_loss(ll, yl, luw, lus, threshold=0.95, lambda_u=0.7)
+    out = FM.fixmatch_loss(ll, yl, luw, lus, threshold=0.95, lambda_u=0.7)
     assert out["sup"].item() == pytest.approx(ln(3), rel=1e-6)
     assert out["unsup"].item() == pytest.approx(ln(15) / 4, rel=1e-6)
     assert out["loss"].item() == pytest.approx(ln(3) + 0.7 * ln(15) / 4, rel=1e-6)
     assert out["mask_rate"].item() == 0.5
     # Above 0.98 row 0 is dropped too; at 0.85 row 3 is kept (class 2: CE = -(1 - ln(e^-3 + e^5 + e^1))).
-    assert T.fixmatch_loss(ll, yl, luw, lus, threshold=0.985, lambda_u=1.0)["unsup"].item() == \
+    assert FM.fixmatch_loss(ll, yl, luw, lus, threshold=0.985, lambda_u=1.0)["unsup"].item() == \
         pytest.approx(ln(3) / 4, rel=1e-6)
-    low = T.fixmatch_loss(ll, yl, luw, lus, threshold=0.85, lambda_u=1.0)
+    low = FM.fixmatch_loss(ll, yl, luw, lus, threshold=0.85, lambda_u=1.0)
     ce_row3 = -(1.0 - ln(math.exp(-3.0) + math.exp(5.0) + math.exp(1.0)))
     assert low["unsup"].item() == pytest.approx((ln(15) + ce_row3) / 4, rel=1e-5)
     assert low["mask_rate"].item() == 0.75
@@ -172,7 +173,7 @@ def test_fixmatch_loss_closed_form():
 
 def test_fixmatch_loss_without_unlabeled_images_is_the_supervised_loss():
     ll, yl = torch.zeros(2, 3), torch.tensor([0, 2])
-    out = T.fixmatch_loss(ll, yl, torch.zeros(0, 3), torch.zeros(0, 3), threshold=0.95, lambda_u=1.0)
+    out = FM.fixmatch_loss(ll, yl, torch.zeros(0, 3), torch.zeros(0, 3), threshold=0.95, lambda_u=1.0)
     assert out["loss"].item() == pytest.approx(math.log(3)) and out["unsup"].item() == 0.0
     assert out["mask_rate"].item() == 0.0
 
@@ -180,18 +181,18 @@ def test_fixmatch_loss_without_unlabeled_images_is_the_supervised_loss():
 def test_no_gradient_flows_through_the_weak_view():
     luw = torch.tensor([[6.0, 0.0], [0.0, 9.0]], requires_grad=True)
     lus = torch.zeros(2, 2, requires_grad=True)
-    out = T.fixmatch_loss(torch.zeros(1, 2), torch.tensor([0]), luw, lus, threshold=0.95, lambda_u=1.0)
+    out = FM.fixmatch_loss(torch.zeros(1, 2), torch.tensor([0]), luw, lus, threshold=0.95, lambda_u=1.0)
     out["loss"].backward()
     assert luw.grad is None and lus.grad is not None and lus.grad.abs().sum() > 0
 
 
 def test_cosine_schedule():
-    assert T.cosine_lr(0.1, 0, 100) == pytest.approx(0.1)
-    assert T.cosine_lr(0.1, 50, 100) == pytest.approx(0.05)
-    assert T.cosine_lr(0.1, 100, 100) == pytest.approx(0.0, abs=1e-12)
-    assert T.cosine_lr(0.1, 25, 100) == pytest.approx(0.05 * (1 + math.sqrt(2) / 2))  # cos(pi/4)
-    assert T.cosine_lr(0.1, 75, 100) == pytest.approx(0.05 * (1 - math.sqrt(2) / 2))
-    assert T.cosine_lr(0.2, 0, 0) == pytest.approx(0.2)  # a zero-step run does not divide by zero
+    assert FM.cosine_lr(0.1, 0, 100) == pytest.approx(0.1)
+    assert FM.cosine_lr(0.1, 50, 100) == pytest.approx(0.05)
+    assert FM.cosine_lr(0.1, 100, 100) == pytest.approx(0.0, abs=1e-12)
+    assert FM.cosine_lr(0.1, 25, 100) == pytest.approx(0.05 * (1 + math.sqrt(2) / 2))  # cos(pi/4)
+    assert FM.cosine_lr(0.1, 75, 100) == pytest.approx(0.05 * (1 - math.sqrt(2) / 2))
+    assert FM.cosine_lr(0.2, 0, 0) == pytest.approx(0.2)  # a zero-step run does not divide by zero
 
 
 # ---- identity and location ------------------------------------------------------------------
@@ -223,10 +224,10 @@ def test_key_and_path(tmp_path, monkeypatch):
 def test_teacher_pool(tmp_path):
     cfg = tiny(tmp_path, **{"data.n_unlabeled": None})
     arrays, split = split_for(cfg)
-    pool = T.teacher_pool(cfg, split, len(arrays.y_train))
+    pool = FM.teacher_pool(cfg, split, len(arrays.y_train))
     assert len(pool) == len(arrays.y_train) - len(split.val)  # all but validation, labeled included
     assert not set(pool) & set(split.val) and set(split.labeled) <= set(pool)
-    no_lab = T.teacher_pool(cfg.replace(**{"teacher.unlabeled_includes_labeled": False}), split, len(arrays.y_train))
+    no_lab = FM.teacher_pool(cfg.replace(**{"teacher.unlabeled_includes_labeled": False}), split, len(arrays.y_train))
     assert not set(no_lab) & (set(split.val) | set(split.labeled))
 
 
@@ -414,5 +415,5 @@ def test_cli_trains_then_finds_the_teacher(tmp_path, capsys):
 def test_a_diverging_teacher_is_stopped(tmp_path):
     cfg = tiny(tmp_path, **{"teacher.lr": 1e30, "teacher.steps": 6})
     arrays, split = split_for(cfg)
-    with pytest.raises(T.TeacherTrainingError, match="NaN or infinite"):
+    with pytest.raises(FM.TeacherTrainingError, match="NaN or infinite"):
         T.train_teacher(cfg, arrays, split, log=lambda s: None)
