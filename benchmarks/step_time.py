@@ -17,7 +17,7 @@ import time
 import torch
 
 from ssat.config import from_dict
-from ssat.losses import UNION_LOSSES
+from ssat.methods import METHOD_REGISTRY
 from ssat.models import create_model, forward_flops
 
 
@@ -35,6 +35,7 @@ def make_step(method: str, model, cfg, opt, device):
     from ssat.interpolation import interpolate
 
     m, a = cfg.method, cfg.attack
+    entry = METHOD_REGISTRY[method]
     prec = torch.bfloat16 if cfg.system.precision == "bf16" else None
 
     def step(x, y):
@@ -47,7 +48,7 @@ def make_step(method: str, model, cfg, opt, device):
             model.train()
             lx, la = model(x), model(x_adv)
             lp = la if x_adv is x_pgd else model(x_pgd)
-            loss = UNION_LOSSES[method](lx, la, lp, y, m)["loss"]
+            loss = entry.loss(lx, la, lp, y, m, entry.beta(m))["loss"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

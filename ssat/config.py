@@ -16,15 +16,25 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from .schedules import SCHEDULE_REGISTRY, schedule_names
+
 DATASETS = ("mnist5k", "cifar10", "cifar100", "svhn")
-METHODS = ("ssat-mbi", "rst", "uat++", "trades", "srst-awr", "ssat-mbi-awr")
-AWR_METHODS = ("srst-awr", "ssat-mbi-awr")
-SCHEDULES = ("const", "linear", "curious")
 INNER_LOSSES = ("ce", "kl")
 INITS = ("uniform", "normal")
 PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+
+
+def __getattr__(name: str):
+    """METHODS and SCHEDULES: the registered names, read when asked (ssat/methods.py, ssat/schedules.py)."""
+    if name == "METHODS":
+        from .methods import method_names  # local import: the method registry holds losses (torch)
+
+        return method_names()
+    if name == "SCHEDULES":
+        return schedule_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ConfigError(ValueError):
@@ -182,7 +192,10 @@ class Config:
 
     @property
     def is_awr(self) -> bool:
-        return self.method.name in AWR_METHODS
+        """The method trains on separate labeled and unlabeled batches (its registry entry's batching)."""
+        from .methods import METHOD_REGISTRY
+
+        return METHOD_REGISTRY[self.method.name].batching == "awr"
 
     def replace(self, **dotted: Any) -> "Config":
         """A new validated config with dotted overrides (`replace(**{"method.beta": 0.5})`)."""
@@ -382,13 +395,14 @@ def _one_of(path: str, value: Any, allowed) -> None:
 
 def validate(cfg: Config) -> None:
     """Every cross-field rule of a run config. Raises ConfigError naming field, value and the rule."""
-    from .models import MODELS  # local import: models imports torch, config stays light to import
+    from .methods import METHOD_REGISTRY, method_names  # local imports: both import torch, config stays light
+    from .models import MODELS
 
     d, m, a, o, e, s = cfg.data, cfg.method, cfg.attack, cfg.optim, cfg.eval, cfg.system
     _one_of("data.dataset", d.dataset, DATASETS)
     _one_of("model.name", cfg.model.name, sorted(MODELS))
-    _one_of("method.name", m.name, METHODS)
-    _one_of("attack.schedule", a.schedule, SCHEDULES)
+    _one_of("method.name", m.name, method_names())
+    _one_of("attack.schedule", a.schedule, schedule_names())
     _one_of("attack.inner_loss", a.inner_loss, INNER_LOSSES)
     _one_of("attack.init", a.init, INITS)
     _one_of("system.precision", s.precision, PRECISIONS)
@@ -407,14 +421,15 @@ def validate(cfg: Config) -> None:
     _need(0 <= m.label_smoothing < 1, f"method.label_smoothing: {m.label_smoothing}; allowed: [0, 1)")
     _need(m.tau_prime > 0, f"method.tau_prime: {m.tau_prime}; allowed: > 0")
     _need(m.gamma_prime >= 0, f"method.gamma_prime: {m.gamma_prime}; allowed: >= 0")
-    if m.name in ("rst", "srst-awr", "uat++"):
+    if not METHOD_REGISTRY[m.name].may_interpolate:
         _need(not m.interpolate, f"method.interpolate: true with method.name={m.name!r}, whose loss never "
               "uses the interpolated example; use 'ssat-mbi' or 'ssat-mbi-awr', or set interpolate=false")
     _need(cfg.eps is None or cfg.eps > 0, f"attack.eps: {a.eps}; allowed: eps > 0")
-    if a.schedule in ("linear", "curious"):
+    schedule = SCHEDULE_REGISTRY[a.schedule]
+    if schedule.needs_t:
         _need(a.t is not None, f"attack.t: None with attack.schedule={a.schedule!r}; allowed: 1..optim.epochs")
         _need(1 <= a.t <= o.epochs, f"attack.t: {a.t} is beyond the run; allowed: 1..optim.epochs ({o.epochs})")
-    if a.schedule == "curious":
+    if schedule.needs_gamma:
         _need(a.gamma >= 1, f"attack.gamma: {a.gamma}; allowed: gamma >= 1 (1 is Linear-t)")
     _need(a.steps >= 1, f"attack.steps: {a.steps}; allowed: >= 1")
     _need(a.step_ratio > 0, f"attack.step_ratio: {a.step_ratio}; allowed: > 0")

@@ -1,4 +1,5 @@
-"""Outer-minimisation losses by name. Pure functions of logits; KL terms are batch means.
+"""Outer-minimisation losses: pure functions of logits; KL terms are batch means. Which method uses which
+(and with which beta) is its entry in ssat/methods.py.
 
 Which branch is detached, per loss:
 - ssat-mbi / rst / trades: nothing (the clean distribution p(x) carries gradients, as in the RST and
@@ -66,13 +67,3 @@ def awr_loss(logits_l: torch.Tensor, y_l: torch.Tensor, logits_u: torch.Tensor, 
     loss = ls_ce + gamma_prime * kd + lam * (beta * kl_adv + (1 - beta) * kl_pgd)
     return {"loss": loss, "ce": ls_ce, "kd": kd, "kl_adv": kl_adv, "kl_pgd": kl_pgd,
             "w_adv": w_adv.mean(), "w_pgd": w_pgd.mean()}
-
-
-# Union-batch methods share one signature; "rst" is SSAT-MBI with beta forced to 0 (config forbids
-# interpolation for it), "trades" is the same equation on fully labeled data.
-UNION_LOSSES = {
-    "ssat-mbi": lambda lx, la, lp, y, m: mbi_loss(lx, la, lp, y, m.lam, m.beta),
-    "rst": lambda lx, la, lp, y, m: mbi_loss(lx, la, lp, y, m.lam, 0.0),
-    "trades": lambda lx, la, lp, y, m: mbi_loss(lx, la, lp, y, m.lam, m.beta),
-    "uat++": lambda lx, la, lp, y, m: uat_loss(lx, la, y, m.lam),
-}

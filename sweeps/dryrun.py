@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from ssat.config import Config
-from ssat.schedules import epsilon_schedule, lr_at, rho_schedule
+from ssat.schedules import schedule_table
 
 from .spec import Spec
 
@@ -21,14 +21,6 @@ def gpu_hours(cfg: Config) -> float | None:
     return cfg.optim.epochs * fig[1 if cfg.is_awr else 0] / 60
 
 
-def schedule_table(cfg: Config) -> dict:
-    e = range(1, cfg.optim.epochs + 1)
-    a, m, o = cfg.attack, cfg.method, cfg.optim
-    return {"eps_max": [round(epsilon_schedule(a.schedule, i, eps=cfg.eps, t=a.t, gamma=a.gamma), 6) for i in e],
-            "rho": [rho_schedule(i, m.rho0, m.rho_double_epoch) for i in e],
-            "lr": [lr_at(i, o.lr, o.lr_milestones, o.lr_factors) for i in e]}
-
-
 def dry_run(spec: Spec, out=print) -> None:
     trials = spec.trials() if spec.grid else []
     out(f"sweep {spec.name}: preset {spec.preset}, stage {spec.stage}, {len(trials) or spec.search['num_samples']} "
@@ -41,7 +33,9 @@ def dry_run(spec: Spec, out=print) -> None:
         out(f"- row {row!r} seed {seed} key {cfg.config_hash()}: "
             f"GPU-hours {'n/a (no benchmark figure for this model)' if h is None else f'{h:.2f}'}")
         out("  config " + json.dumps(cfg.to_flat(), sort_keys=True))
-        for k, v in schedule_table(cfg).items():
+        table = schedule_table(cfg)  # the trainer's per-epoch values
+        table["eps_max"] = [round(x, 6) for x in table["eps_max"]]
+        for k, v in table.items():
             out(f"  {k:8s} " + " ".join(f"{x:g}" for x in v))
     if spec.search:
         out(f"search space {json.dumps(spec.search['space'])}; confirm {spec.search['confirm']}")
