@@ -104,6 +104,14 @@ def test_config_for_applies_sampled_values_and_seed():
     assert str(err.value).startswith("spec 'unit', sampled configuration: method.beta: -1")
 
 
+def test_configs_are_the_grid_trials_or_the_search_base():
+    g = parse_spec(grid(seeds=[5, 6], grid=[{"row": "a", "set": {"method.K": 2}}, {"row": "b", "set": {}}]))
+    assert [(c.seed, c.method.K) for c in g.configs()] == [(5, 2), (6, 2), (5, 3), (6, 3)]
+    s = parse_spec(search(), seeds=[8, 9], sets={"method.K": 4})
+    (base,) = s.configs()
+    assert (base.seed, base.method.K) == (8, 4) and base == s.base_config()
+
+
 def test_digest_is_of_the_source_whatever_its_key_order():
     a = parse_spec({"name": "d", "preset": PRESET, "seeds": [1], "grid": [{"row": "a"}]})
     b = parse_spec({"grid": [{"row": "a"}], "seeds": [1], "preset": PRESET, "name": "d"})
@@ -653,6 +661,13 @@ def test_corner_configs_touch_every_value_with_parents_set_and_children_active()
     ]
 
 
+def test_a_choice_child_made_active_takes_its_first_choice():
+    space = {"method.interpolate": {"choice": [False, True]},
+             "attack.schedule": {"choice": ["linear", "curious"], "when": {"method.interpolate": [True]}}}
+    assert corner_configs(space)[:2] == [{"method.interpolate": False},
+                                         {"method.interpolate": True, "attack.schedule": "linear"}]
+
+
 def test_corner_configs_of_choices_with_false_and_zero_values():
     space = {"method.interpolate": {"choice": [False, True]},
              "method.K": {"int": [0, 3], "when": {"method.interpolate": [True]}}}
@@ -702,6 +717,15 @@ def test_define_by_run_chains_conditions():
     assert set(_ask(space, {"method.interpolate": True, "method.K": 1}).params) == {"method.interpolate", "method.K"}
     assert set(_ask(space, {"method.interpolate": True, "method.K": 3}).params) == {"method.interpolate", "method.K",
                                                                                     "method.tau"}
+
+
+def test_a_child_of_an_inactive_parent_stays_inactive_even_if_it_allows_null():
+    """An unsampled parent is absent, not None: a `when` list holding None must not match it."""
+    space = {"attack.schedule": {"choice": ["const", "linear"]},
+             "attack.t": {"int": [2, 8], "when": {"attack.schedule": ["linear"]}},
+             "method.beta": {"float": [0.0, 1.0], "when": {"attack.t": [None, 3]}}}
+    assert set(_ask(space, {"attack.schedule": "const"}).params) == {"attack.schedule"}
+    assert set(_ask(space, {"attack.schedule": "linear", "attack.t": 3}).params) == set(space)
 
 
 def test_space_function_is_a_picklable_define_by_run():
