@@ -7,11 +7,20 @@
 #   setup_node.sh --role head|worker (--install --venv DIR | --use-venv DIR)
 #                 --auth-mode disabled|token --data-root DIR [--data-src SRC] --storage-path PATH_OR_URI
 #                 [--nfs SERVER:/EXPORT --nfs-mount DIR] [--mlflow-host IP] [--mlflow-port 5000]
-#                 [--gpu auto|required|none] [--extra-lock FILE]
+#                 [--gpu auto|required|none] [--mps auto|off] [--extra-lock FILE]
 #
 # --storage-path is the folder every node reaches (the sweep CLI's --workdir: Tune's storage_path, the
 # teacher cache and the tracking spool live under it); with --nfs it is on that NFS export (e.g. EFS),
 # mounted at the same path on every node before the checks.
+#
+# --mps auto (the default): on a GPU node (--gpu auto|required) the MPS control daemon starts (clusters/mps.sh;
+# private folders under /tmp, mode 700) so that trials packed on a GPU overlap their kernels, and
+# ~/.ssat/env.sh exports its CUDA_MPS_PIPE_DIRECTORY, which every Ray worker inherits. It starts before the
+# node check, so check_node.sh's CUDA test already goes through it. Without nvidia-cuda-mps-control (or with
+# --mps off, or if it fails to start) the node runs without MPS (a daemon an earlier setup started is
+# stopped) and env.sh says SSAT_MPS=off.
+# worker_start_ray_commands run `mps.sh start` again (a no-op while it runs): a stopped node that is
+# restarted skips setup, and its /tmp is empty.
 #
 # Why an install at setup time rather than a prepared image: requirements.lock is the one description of
 # the environment, tested in CI; installing from it on a stock GPU image (about 2 minutes and 6.5 GB per
@@ -30,7 +39,7 @@ source "$here/lib.sh"
 
 lock="$repo/requirements.lock"
 role="" venv="" install=0 auth_mode="" data_root="" data_src="" storage="" gpu=auto
-mlflow_host="" mlflow_port=5000 extra_lock="" nfs="" nfs_mount=""
+mlflow_host="" mlflow_port=5000 extra_lock="" nfs="" nfs_mount="" mps=auto
 while (($#)); do
     case "$1" in
         --role) role=$2; shift 2 ;;
@@ -44,6 +53,7 @@ while (($#)); do
         --mlflow-host) mlflow_host=$2; shift 2 ;;
         --mlflow-port) mlflow_port=$2; shift 2 ;;
         --gpu) gpu=$2; shift 2 ;;
+        --mps) mps=$2; shift 2 ;;
         --extra-lock) extra_lock=$2; shift 2 ;;
         --nfs) nfs=$2; shift 2 ;;
         --nfs-mount) nfs_mount=$2; shift 2 ;;
@@ -54,6 +64,7 @@ done
 [[ -n "$venv" ]] || ssat_die "--venv DIR (with --install) or --use-venv DIR is required"
 [[ "$auth_mode" == disabled || "$auth_mode" == token ]] || ssat_die "--auth-mode disabled|token is required"
 [[ -n "$data_root" && -n "$storage" ]] || ssat_die "--data-root and --storage-path are required"
+[[ "$mps" == auto || "$mps" == off ]] || ssat_die "--mps $mps; allowed: auto (MPS on GPU nodes that have it) or off"
 venv=${venv/#\~/$HOME}
 data_root=${data_root/#\~/$HOME}
 
@@ -141,6 +152,14 @@ export SSAT_DATA_ROOT=$(printf %q "$data_root")
 export SSAT_STORAGE_PATH=$(printf %q "$storage")
 export MLFLOW_TRACKING_URI=http://$mlflow_host:$mlflow_port
 EOF
+# SSAT_MPS is passed explicitly: this login shell may carry SSAT_MPS=off from the env.sh of an earlier setup.
+if [[ "$gpu" != none && "$mps" == auto ]] && SSAT_MPS=auto bash "$here/mps.sh" start &&
+    mps_exports=$(SSAT_MPS=auto bash "$here/mps.sh" env); then
+    printf '%s\n' "$mps_exports" >>"$env_file"
+else
+    bash "$here/mps.sh" stop  # one an earlier setup of this node started, if any
+    printf 'export SSAT_MPS=off\n' >>"$env_file"
+fi
 # shellcheck disable=SC2016  # expanded when the rc file runs, not now
 hook='[ -f "$HOME/.ssat/env.sh" ] && . "$HOME/.ssat/env.sh"  # ssat-sweeps node env'
 for rc in "$HOME/.bashrc" "$HOME/.profile"; do

@@ -14,6 +14,10 @@
 # Node resources must be integers (fractions belong to the trials' requests).
 # The dashboard (and with it the job API, which runs arbitrary code) listens on 127.0.0.1 only: submit
 # from the head node itself, or through an SSH tunnel.
+# GPU packing: with --num-gpus > 0 the node's MPS control daemon (clusters/mps.sh; SSAT_MPS=off: none) starts
+# before Ray, so every Ray worker (every trial) inherits CUDA_MPS_PIPE_DIRECTORY, and is stopped by its PID
+# once Ray has exited. The MPS server numbers the GPUs it was started with 0..n-1, so Ray then gets
+# CUDA_VISIBLE_DEVICES=0..n-1 (a trial asking for GPU 2 of a step's "2,3" would be refused).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=clusters/lib.sh
@@ -67,5 +71,24 @@ case "$role" in
         ;;
     *) ssat_die "usage: ray_node.sh head|worker ..." ;;
 esac
+if ((gpus > 0)) && bash "$here/mps.sh" start && mps_exports=$(bash "$here/mps.sh" env); then
+    eval "$mps_exports"
+    if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
+        IFS=, read -ra visible <<<"$CUDA_VISIBLE_DEVICES"
+        CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((${#visible[@]} - 1)))
+        export CUDA_VISIBLE_DEVICES
+    fi
+    ssat_log "ray start ${args[*]} (RAY_AUTH_MODE=$RAY_AUTH_MODE, host $(hostname), MPS $CUDA_MPS_PIPE_DIRECTORY)"
+    # Ray runs as a child here (not exec'd) so that the daemon is stopped after it; a signal to this script
+    # (srun ending the step) is passed on to Ray.
+    ray start "${args[@]}" &
+    ray_pid=$!
+    trap 'kill -TERM "$ray_pid" 2>/dev/null || true' TERM INT
+    rc=0
+    wait "$ray_pid" || rc=$?
+    while kill -0 "$ray_pid" 2>/dev/null; do rc=0; wait "$ray_pid" || rc=$?; done  # woken by a signal
+    bash "$here/mps.sh" stop
+    exit "$rc"
+fi
 ssat_log "ray start ${args[*]} (RAY_AUTH_MODE=$RAY_AUTH_MODE, host $(hostname))"
 exec ray start "${args[@]}"

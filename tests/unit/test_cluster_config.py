@@ -7,6 +7,8 @@ live in clusters/cluster_check.py. Each negative case mutates a shipped config i
 from __future__ import annotations
 
 import copy
+import math
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 AWS = REPO / "ray_cluster.yaml"
 LOCAL = REPO / "clusters" / "local.yaml"
 SBATCH = REPO / "clusters" / "slurm" / "ray_sweep.sbatch"
+SPECS = REPO / "sweeps" / "specs"
 
 
 def load(path: Path) -> dict:
@@ -274,6 +277,51 @@ def test_sbatch_naming_a_missing_script_fails(tmp_path):
     bad = tmp_path / "missing.sbatch"
     bad.write_text(SBATCH.read_text().replace("clusters/start_mlflow.sh", "clusters/gone.sh"))
     assert_caught(validate_script(bad, repo_root=REPO), "clusters/gone.sh")
+
+
+# --- GPU shares of the sweep specs against the nodes that run them ---------------------------------------------
+
+def cpus_per_gpu_of_gpu_nodes() -> dict[str, float]:
+    """CPUs per GPU of every node that runs GPU trials: ray_cluster.yaml's GPU node types, and a node of the
+    SLURM template (its #SBATCH --cpus-per-task and --gpus-per-task)."""
+    shapes = {f"ray_cluster.yaml {name}": node["resources"]["CPU"] / node["resources"]["GPU"]
+              for name, node in load(AWS)["available_node_types"].items() if node["resources"].get("GPU", 0) >= 1}
+    sbatch = dict(re.findall(r"^#SBATCH --(cpus-per-task|gpus-per-task)=(\d+)", SBATCH.read_text(), flags=re.M))
+    shapes["ray_sweep.sbatch"] = int(sbatch["cpus-per-task"]) / int(sbatch["gpus-per-task"])
+    return shapes
+
+
+def packing_problems(resources: dict, cpus_per_gpu: dict[str, float]) -> list[str]:
+    """Ray packs floor(1/gpu) trials on a GPU only if their CPUs fit too; where they do not, GPU shares stay idle."""
+    if not resources["gpu"]:
+        return []
+    per_gpu = math.floor(1 / resources["gpu"] + 1e-9)
+    return [f"{where}: {per_gpu} trials per GPU x cpu {resources['cpu']} > its {cpus:g} CPUs per GPU"
+            for where, cpus in cpus_per_gpu.items() if per_gpu * resources["cpu"] > cpus + 1e-9]
+
+
+def test_gpu_nodes_are_read_from_the_cluster_files():
+    # g5.2xlarge: 1 A10G, 8 vCPUs; the SLURM template: 16 CPUs and 4 GPUs per node
+    assert cpus_per_gpu_of_gpu_nodes() == {"ray_cluster.yaml worker.gpu": 8.0, "ray_sweep.sbatch": 4.0}
+
+
+def test_packing_rule_catches_trials_whose_cpus_do_not_fit():
+    nodes = {"aws": 8.0, "slurm": 4.0}
+    assert packing_problems({"cpu": 4, "gpu": 0.25}, nodes) == [
+        "aws: 4 trials per GPU x cpu 4 > its 8 CPUs per GPU", "slurm: 4 trials per GPU x cpu 4 > its 4 CPUs per GPU"]
+    assert packing_problems({"cpu": 2, "gpu": 0.25}, nodes) == ["slurm: 4 trials per GPU x cpu 2 > its 4 CPUs per GPU"]
+    assert packing_problems({"cpu": 1, "gpu": 0.25}, nodes) == []
+    # 0.3 packs 3 trials (not 3.33): 7.5 CPUs fit the 8 of aws
+    assert packing_problems({"cpu": 2.5, "gpu": 0.3}, nodes) == ["slurm: 3 trials per GPU x cpu 2.5 > its 4 CPUs per GPU"]
+    assert packing_problems({"cpu": 8, "gpu": 1}, nodes) == ["slurm: 1 trials per GPU x cpu 8 > its 4 CPUs per GPU"]
+    assert packing_problems({"cpu": 64, "gpu": 0}, nodes) == []  # CPU trials: no GPU share to leave idle
+
+
+@pytest.mark.parametrize("path", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_spec_packs_trials_that_fit_the_gpu_nodes(path):
+    from sweeps.spec import load_spec
+
+    assert packing_problems(load_spec(path).resources, cpus_per_gpu_of_gpu_nodes()) == []
 
 
 # --- the module and its CLI -----------------------------------------------------------------------------------
