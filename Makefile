@@ -38,3 +38,8 @@ mutation: $(STAMP)
 # Re-resolve the full dependency set (run after changing pyproject.toml's pins).
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --all --exclude-editable | grep -v '^ssat-sweeps' > requirements.lock
+
+# PNGs of MLflow's UI on a small sweep's store for the README (needs a headless Chromium: clusters/ci_prereqs.sh).
+.PHONY: screenshots
+screenshots: $(STAMP)
+	$(BIN)/python -m tests.ui_pages docs/img
