@@ -629,6 +629,12 @@ def test_check_space_refusals(space, message):
     space_refused(space, message)
 
 
+def test_a_space_error_names_the_spec_file():
+    with pytest.raises(SpecError) as err:
+        parse_spec(search({"method.K": {"int": [3, 1]}}), "specs/x.yaml")
+    assert str(err.value) == "specs/x.yaml: search.space.method.K.int: [3, 1]; allowed: [low, high] with low < high"
+
+
 def test_a_parent_listed_after_its_child_is_refused():
     space = {"attack.t": {"int": [2, 8], "when": {"attack.schedule": ["linear"]}},
              "attack.schedule": {"choice": ["const", "linear"]}}
