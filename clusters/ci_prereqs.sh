@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install, idempotently, the system packages the slow cluster tests and the LaTeX test need (called by
+# Install, idempotently, the system packages the slow cluster tests, the LaTeX and the MLflow UI tests need (called by
 # .ci/run; Debian/Ubuntu, as root). Installs nothing that is already there, and never leaves an sshd running:
 # the tests start their own sshd, on 127.0.0.1 only, inside their own network namespace.
 #   openssh-server, openssh-client  ray up reaches the "remote" head over ssh
@@ -10,12 +10,14 @@
 #   texlive-latex-recommended       pdflatex and booktabs: tests/integration/test_latex_compiles.py builds every
 #                                   generated table (~150 MB with texlive-base and texlive-binaries)
 #   texlive-fonts-recommended       the ZapfDingbats metrics behind pifont's \ding (the tables' check marks)
+#   chromium-headless-shell         a headless Chromium: tests/integration/test_mlflow_ui.py renders MLflow's UI
+#                                   (~280 MB with chromium-common; Debian only, Ubuntu ships Chromium as a snap)
 #   the shellcheck package          optional lint of the sbatch template and node scripts
 set -euo pipefail
 [[ $EUID -eq 0 ]] || { echo "ci_prereqs.sh must run as root" >&2; exit 1; }
 
 required=(openssh-server openssh-client rsync iproute2 util-linux mount procps
-          texlive-latex-recommended texlive-fonts-recommended)
+          texlive-latex-recommended texlive-fonts-recommended chromium-headless-shell)
 optional=(shellcheck)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=() missing_optional=()
@@ -47,7 +49,7 @@ if ((${#missing_optional[@]})); then
     apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing_optional[@]}" ||
         echo "ci_prereqs: optional ${missing_optional[*]} not installed"
 fi
-for tool in sshd ssh ssh-keygen rsync ip unshare mount pdflatex; do
+for tool in sshd ssh ssh-keygen rsync ip unshare mount pdflatex chromium-headless-shell; do
     command -v "$tool" >/dev/null || [[ -x "/usr/sbin/$tool" ]] || { echo "ci_prereqs: $tool still missing" >&2; exit 1; }
 done
 echo "ci_prereqs: installed ${missing[*]} ${missing_optional[*]}"

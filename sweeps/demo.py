@@ -15,6 +15,7 @@ from ssat.config import parse_overrides
 
 from .driver import RunArgs, SweepState, resume_sweep, run_sweep
 from .paths import sweep_paths
+from .tracking import Tracker, ui_url
 
 SPEC = Path(__file__).parent / "specs" / "mnist5k-demo.yaml"
 
@@ -65,5 +66,5 @@ def run_demo(args) -> int:
         print(f"  {kind:10s} {files[kind]}")
     print(f"[demo] total {time.perf_counter() - t0:.1f} s. Browse the runs with:\n"
           f"  {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000\n"
-          f"  (then open http://127.0.0.1:5000, experiment {name})")
+          f"  then open {ui_url(Tracker(uri, name, log=lambda s: None).experiment_id)}")
     return 0

@@ -28,8 +28,15 @@ from mlflow.tracking import MlflowClient
 
 EPOCH_PREFIXES = ("train/", "val/", "adv/", "sched/", "perf/")
 RETRY_AFTER_S = 15.0
-# MLflow 3's UI opens an experiment on its GenAI overview (traces, tokens) unless this tag says otherwise.
+# The experiment's kind as MLflow records it (model development, not GenAI). MLflow 3.17.2's UI does not read it
+# yet: the view comes from `?workflowType=` in the URL (else the browser's last choice, else GenAI), so the
+# links this project prints name the view (`ui_url`).
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
+def ui_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI page listing an experiment's runs (the model-training view, not the GenAI overview)."""
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
 # The driver's client must fail fast when a server is away (MLflow's defaults retry for minutes and would
 # hold up Tune's loop, and with it every trial's reports).
 for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),

@@ -21,6 +21,7 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     png = tmp_path / "outputs" / "mnist5k-demo" / "ablation.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "ui --backend-store-uri sqlite:///" in out and "[stage] teacher" in out and "[stage] analysis" in out
+    assert "/runs?workflowType=machine_learning" in out  # the runs, not MLflow 3's GenAI overview
     assert "first8" in table or "first8" in (tmp_path / "outputs" / "mnist5k-demo" / "ablation.provenance.json").read_text()
     # run again: the finished sweep is found, nothing is retrained
     assert sweeps_main(["demo", "--workdir", str(tmp_path), "--epochs", "2", "--seeds", "0", "1", "--set", *SMALL]) == 0
