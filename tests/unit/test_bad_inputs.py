@@ -384,6 +384,8 @@ CASES = [
     ("ckpt-flipped-byte", lambda e: load_checkpoint_model(flip_byte(e)), CorruptFileError,
      [r"best\.pt", r"checksum mismatch"]),
     ("ckpt-truncated-no-sidecar", lambda e: load_checkpoint_model(truncated(e)), CorruptFileError,
+     [r"best\.pt", r"best\.pt\.sha256 is missing"]),
+    ("ckpt-truncated-unverified", lambda e: load_checkpoint_model(truncated(e), unverified=True), CorruptFileError,
      [r"best\.pt", r"cannot be read as a checkpoint"]),
     ("ckpt-not-ssat", lambda e: load_checkpoint_model(teacher_file(e, {"weights": torch.zeros(2)})), ValueError,
      [r"teacher\.pt", r"not an ssat checkpoint", r"'model' and 'config'"]),
