@@ -128,6 +128,9 @@ def test_zero_gradient_pixels_stay_put_and_no_steps_or_no_eps_return_x():
     for eps, steps in ((0.0, 5), (0.2, 0), (-0.1, 5)):
         out = pgd(model, x, y, eps=eps, steps=steps, step_size=0.05)
         assert torch.equal(out, x) and out is not x
+    probe = SquaredBN()
+    pgd(probe, torch.rand(4, 1, 2, 2), torch.zeros(4, dtype=torch.long), eps=0.0, steps=5, step_size=0.05)
+    assert probe.modes == []  # nothing to attack: the model is not run at all
 
 
 # ---- mode, parameters, graph ------------------------------------------------------------------------------
@@ -177,7 +180,7 @@ def test_parameters_gradients_are_left_alone_and_result_is_detached():
 def test_uniform_start_fills_the_eps_ball():
     torch.manual_seed(0)
     x = torch.full((200_000,), 0.5)
-    d = start_point(x, 0.1, "uniform") - x
+    d = start_point(x, 0.1) - x  # uniform is the default
     assert d.abs().max() <= 0.1 + 1e-7
     assert d.min() < -0.099 and d.max() > 0.099
     assert abs(d.mean().item()) < 1e-3
@@ -220,6 +223,7 @@ def test_random_start_false_starts_at_x():
 
 
 # ---- loss "kl" (TRADES inner maximisation, eq. 4) -------------------------------------------------------
+@pytest.mark.filterwarnings("error")  # log_softmax without dim: right on 2-D logits, but a warning per call
 def test_kl_rows_is_kl_of_the_first_from_the_second():
     a = torch.log(torch.tensor([[0.5, 0.5]]))
     b = torch.log(torch.tensor([[0.25, 0.75]]))
