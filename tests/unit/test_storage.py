@@ -4,13 +4,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 
 import pytest
 import torch
 
 from ssat.evaluate import main as evaluate_main
-from ssat.pseudo_labels import PseudoLabelError, load_teacher_outputs
+from ssat.pseudo_labels import PseudoLabelError, TeacherOutputs, load_teacher_outputs
 from ssat.storage import (CorruptFileError, atomic_write_bytes, load_user_file, load_verified, save_verified,
                           sha256_file)
 from tests.unit.test_bad_inputs import Env, checkpoint
@@ -184,6 +185,46 @@ def test_a_user_teacher_files_provenance_must_be_a_dict(tmp_path):
     torch.save(_teacher(provenance="from my laptop"), path)
     with pytest.raises(PseudoLabelError, match=r"data\.pseudo_labels: .*mine\.pt: 'provenance' must be a dict, got str"):
         _load_teacher(path, user_file=True)
+
+
+def test_teacher_outputs_round_trip_through_the_cache_file(tmp_path):
+    state = {"w": torch.ones(2, 2)}
+    out = TeacherOutputs(torch.randn(5, 10, dtype=torch.float64), "b" * 16, "cnn-small", state,
+                         {"torch": torch.__version__, "root": tmp_path, "acc": 91.5})  # not JSON types: as text
+    out.save(tmp_path / "teacher.pt")
+    back = _load_teacher(tmp_path / "teacher.pt")
+    assert back.logits.dtype == torch.float32 and torch.equal(back.logits, out.logits.float())
+    assert (back.split_hash, back.model_name) == ("b" * 16, "cnn-small") and torch.equal(back.model_state["w"], state["w"])
+    assert back.provenance == {"torch": str(torch.__version__), "root": str(tmp_path), "acc": 91.5, "verified": True}
+
+
+def test_probabilities_are_the_softmax_of_logits_over_the_temperature():
+    out = TeacherOutputs(torch.tensor([[0.0, math.log(3.0)]]), "b" * 16)
+    torch.testing.assert_close(out.probabilities(), torch.tensor([[0.25, 0.75]]))
+    r = math.sqrt(3.0)  # softmax([0, ln 3 / 2]) = [1, sqrt 3] / (1 + sqrt 3)
+    torch.testing.assert_close(out.probabilities(temperature=2.0), torch.tensor([[1 / (1 + r), r / (1 + r)]]))
+
+
+def test_a_users_probabilities_may_hold_zeros_and_become_finite_logits(tmp_path):
+    probs = torch.full((5, 10), 0.1)
+    probs[0] = torch.tensor([0.0] * 9 + [1.0])  # a confident teacher: exact zeros
+    probs[1, 0] += 0.0004  # a row summing to 1.0004: float noise, accepted
+    path = tmp_path / "mine.pt"
+    torch.save({"probs": probs, "split_hash": "b" * 16}, path)
+    out = _load_teacher(path, user_file=True)
+    assert torch.isfinite(out.logits).all() and out.logits[0, 0] == math.log(1e-12)
+    torch.testing.assert_close(out.probabilities(), probs / probs.sum(1, keepdim=True), rtol=0, atol=1e-6)
+    probs[1, 0] += 0.0016  # 1.002: not a probability row
+    torch.save({"probs": probs, "split_hash": "b" * 16}, path)
+    with pytest.raises(PseudoLabelError, match=r"summing to 1 \(found sums 1\.0000\.\.1\.0020\)"):
+        _load_teacher(path, user_file=True)
+
+
+@pytest.mark.parametrize("obj", [["logits", "probs"], torch.zeros(5, 10)], ids=["list", "tensor"])
+def test_a_user_file_that_is_no_dict_is_refused(tmp_path, obj):
+    torch.save(obj, tmp_path / "mine.pt")
+    with pytest.raises(PseudoLabelError, match=r"data\.pseudo_labels: .*mine\.pt holds no 'logits' or 'probs' tensor"):
+        _load_teacher(tmp_path / "mine.pt", user_file=True)
 
 
 # ---- python -m ssat.evaluate PATH [--unverified] -------------------------------------------------
