@@ -20,8 +20,11 @@ from .schedules import SCHEDULE_REGISTRY, schedule_names
 
 DATASETS = ("mnist5k", "cifar10", "cifar100", "svhn")
 INNER_LOSSES = ("ce", "kl")
+INNER_TARGETS = ("soft", "hard")
 INITS = ("uniform", "normal")
-PRECISIONS = ("auto", "fp32", "bf16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+LABELED_SAMPLINGS = ("random", "cycle")
+AWR_FORWARDS = ("single", "authors")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 
@@ -52,6 +55,8 @@ class DataConfig:
     unlabeled_includes_labeled: bool = False  # the paper's SSAT-MBI code: no; FixMatch/SRST-AWR: yes
     fully_labeled: bool = False        # supervised runs (TRADES, Tables 5-6): every non-validation image labeled
     labeled_idx_file: str | None = None       # .npy of labeled train indices (e.g. SRST-AWR's file)
+    labeled_sampling: str = "random"   # AWR labeled batches: random (a fresh draw every step) or cycle (shuffled
+                                       # passes over the labeled set, restarted every epoch: SRST-AWR's loader)
     pseudo_labels: str | None = None   # teacher outputs file (.pt); None: the split's cached teacher
     teacher_dir: str | None = None     # teacher cache root; None: <runs root>/teachers
 
@@ -75,6 +80,8 @@ class MethodConfig:
     label_smoothing: float = 0.2       # AWR: alpha' of the labeled CE
     gamma_prime: float = 4.0           # AWR: weight of the teacher-KL term
     tau_prime: float = 1.2             # AWR: temperature of the teacher-KL term
+    awr_forwards: str = "single"       # AWR: single (x_l, x_u, x_adv after the attack) or authors (x_l, x_u
+                                       # before it, x_adv and x_u again after it; see Trainer._awr_step)
 
 
 @dataclass
@@ -88,6 +95,8 @@ class AttackConfig:
     step_size: float | None = None     # absolute step (TRADES' 0.007); overrides step_ratio
     init: str = "uniform"              # uniform start in the eps-ball, or TRADES' 0.001*N(0,1)
     inner_loss: str = "ce"
+    inner_target: str = "soft"         # AWR with the CE inner loss: the teacher's probabilities (soft) or its
+                                       # argmax (hard, SRST-AWR's code); the margin always takes the probabilities
 
 
 @dataclass
@@ -97,6 +106,8 @@ class OptimConfig:
     momentum: float = 0.9
     weight_decay: float = 2e-4
     nesterov: bool = False
+    lr_decay_after_milestone: bool = False  # true: a milestone's rate starts one epoch later (MultiStepLR
+                                            # stepped after each epoch, SRST-AWR's code)
     lr_milestones: list[int] = field(default_factory=lambda: [60, 70, 90])
     lr_factors: list[float] = field(default_factory=lambda: [0.1, 0.01, 0.005])  # of the initial rate
     batch_size: int = 128              # union batch (SSAT-MBI, RST, UAT++, TRADES)
@@ -144,7 +155,8 @@ class TeacherConfig:
 class SystemConfig:
     device: str = "auto"
     precision: str = "auto"            # training autocast: auto = bf16 on CUDA (1.46x for WRN-28-5 on an
-                                       # H200), fp32 on CPU; evaluation is always fp32
+                                       # H200), fp32 on CPU; fp16 = float16 with a gradient scaler on CUDA
+                                       # (SRST-AWR's amp), fp32 on CPU; evaluation is always fp32
     channels_last: bool | None = None  # None: on (faster on CPU and GPU, see ssat/train.py)
     compile: str = "off"               # torch.compile mode; reduce-overhead uses CUDA graphs (1.37x for one
                                        # WRN-28-5 trial on an H200, after ~25 s of compilation per trial)
@@ -184,6 +196,9 @@ class Config:
             d.pop("seed")
         for section, key in LOCATION_FIELDS:
             d[section].pop(key)
+        for (section, key), neutral in HASH_NEUTRAL.items():
+            if d[section][key] == neutral:
+                d[section].pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
@@ -215,6 +230,10 @@ class Config:
 
 LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device"), ("system", "threads"),
                    ("system", "cuda_memory_fraction"))
+# Fields added after runs were tracked, left out of config_hash while they hold the value that reproduces the
+# code before them: every run tracked so far keeps its key (tests/unit/test_preset_hashes.py).
+HASH_NEUTRAL = {("data", "labeled_sampling"): "random", ("method", "awr_forwards"): "single",
+                ("attack", "inner_target"): "soft", ("optim", "lr_decay_after_milestone"): False}
 DATASET_EPS = {"mnist5k": 0.3, "cifar10": 8 / 255, "cifar100": 8 / 255, "svhn": 8 / 255}
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "seed"}
 
@@ -405,6 +424,9 @@ def validate(cfg: Config) -> None:
     _one_of("attack.schedule", a.schedule, schedule_names())
     _one_of("attack.inner_loss", a.inner_loss, INNER_LOSSES)
     _one_of("attack.init", a.init, INITS)
+    _one_of("attack.inner_target", a.inner_target, INNER_TARGETS)
+    _one_of("data.labeled_sampling", d.labeled_sampling, LABELED_SAMPLINGS)
+    _one_of("method.awr_forwards", m.awr_forwards, AWR_FORWARDS)
     _one_of("system.precision", s.precision, PRECISIONS)
     _one_of("system.device", s.device, DEVICES)
     _one_of("system.compile", s.compile, COMPILE_MODES)
@@ -424,6 +446,9 @@ def validate(cfg: Config) -> None:
     if not METHOD_REGISTRY[m.name].may_interpolate:
         _need(not m.interpolate, f"method.interpolate: true with method.name={m.name!r}, whose loss never "
               "uses the interpolated example; use 'ssat-mbi' or 'ssat-mbi-awr', or set interpolate=false")
+    _check_awr_only(cfg, METHOD_REGISTRY[m.name].batching == "awr")
+    _need(not (s.precision == "fp16" and s.device == "cpu"), "system.precision: 'fp16' with system.device='cpu'; "
+          "fp16 is float16 autocast with a gradient scaler, for CUDA; on a CPU use fp32 (or auto)")
     _need(cfg.eps is None or cfg.eps > 0, f"attack.eps: {a.eps}; allowed: eps > 0")
     schedule = SCHEDULE_REGISTRY[a.schedule]
     if schedule.needs_t:
@@ -465,6 +490,19 @@ def validate(cfg: Config) -> None:
     _need(d.n_unlabeled is None or d.n_unlabeled >= 0, f"data.n_unlabeled: {d.n_unlabeled}; allowed: >= 0 or None")
     _need(0 <= cfg.model.dropout < 1, f"model.dropout: {cfg.model.dropout}; allowed: [0, 1)")
     validate_teacher(cfg.teacher)
+
+
+def _check_awr_only(cfg: Config, awr: bool) -> None:
+    """The settings of the AWR step alone: refused with a union method, and hard targets with the KL attack."""
+    d, m, a = cfg.data, cfg.method, cfg.attack
+    for path, value, neutral in (("data.labeled_sampling", d.labeled_sampling, "random"),
+                                 ("method.awr_forwards", m.awr_forwards, "single"),
+                                 ("attack.inner_target", a.inner_target, "soft")):
+        _need(awr or value == neutral, f"{path}: {value!r} with method.name={m.name!r}, whose union batches have no "
+              f"separate labeled/unlabeled step; allowed with it: {neutral!r} (the other value is for the AWR "
+              "methods: srst-awr, ssat-mbi-awr)")
+    _need(a.inner_target == "soft" or a.inner_loss == "ce", f"attack.inner_target: {a.inner_target!r} with "
+          "attack.inner_loss='kl', whose attack has no target (KL to the clean prediction); allowed with kl: 'soft'")
 
 
 def validate_teacher(t: "TeacherConfig") -> None:

@@ -350,24 +350,42 @@ class UnionBatches:
 
 class AWRBatches:
     """SRST-AWR / SSAT-MBI-AWR batching: each step 64 labeled + 128 unlabeled; an epoch is one pass over
-    the unlabeled images (the labeled ones are redrawn at random every step)."""
+    the unlabeled images. The labeled batch (data.labeled_sampling): "random", a fresh random draw every step;
+    "cycle", SRST-AWR's cycling DataLoader: shuffled passes over the labeled set in batches of 64 (a pass's last
+    batch holds the rest), reshuffled when a pass ends and restarted at every epoch. Both draw from the epoch's
+    generator, whose state the trainer checkpoints between epochs."""
 
-    def __init__(self, x_train, y_train, split: Split, labeled_batch: int, unlabeled_batch: int, device, flip: bool):
+    def __init__(self, x_train, y_train, split: Split, labeled_batch: int, unlabeled_batch: int, device, flip: bool,
+                 labeled_sampling: str = "random"):
+        if labeled_sampling not in ("random", "cycle"):
+            raise ValueError(f"data.labeled_sampling: {labeled_sampling!r}; allowed: random, cycle")
         self.xl = x_train[torch.from_numpy(split.labeled)].to(device)
         self.yl = y_train[torch.from_numpy(split.labeled)].to(device)
         self.xu = x_train[torch.from_numpy(split.unlabeled)].to(device)
         self.lb, self.ub, self.flip = min(labeled_batch, len(self.xl)), unlabeled_batch, flip
+        self.labeled_sampling = labeled_sampling
 
     def __len__(self):
         return len(self.xu)
 
+    def _labeled_batches(self, gen: torch.Generator):
+        """Endless labeled index batches (lb,) or fewer, drawn from gen when needed."""
+        n = len(self.xl)
+        while True:
+            perm = torch.randperm(n, generator=gen)
+            if self.labeled_sampling == "random":
+                yield perm[: self.lb]
+            else:
+                yield from perm.split(self.lb)
+
     def epoch(self, gen: torch.Generator):
         perm = torch.randperm(len(self.xu), generator=gen).to(self.xu.device)
+        labeled = self._labeled_batches(gen)
         for s in range(0, len(perm), self.ub):
             bu = perm[s: s + self.ub]
             if len(bu) < 2:
                 continue
-            bl = torch.randperm(len(self.xl), generator=gen)[: self.lb].to(self.xl.device)
+            bl = next(labeled).to(self.xl.device)
             xl = augment(to_float(self.xl[bl]), gen, flip=self.flip)
             xu = augment(to_float(self.xu[bu]), gen, flip=self.flip)
             yield xl, self.yl[bl], xu

@@ -47,16 +47,20 @@ def awr_weight(teacher_probs: torch.Tensor, logits_x: torch.Tensor, logits_attac
 
 def awr_loss(logits_l: torch.Tensor, y_l: torch.Tensor, logits_u: torch.Tensor, logits_u_adv: torch.Tensor,
              logits_u_pgd: torch.Tensor, teacher_logits_u: torch.Tensor, *, lam: float, beta: float,
-             label_smoothing: float, gamma_prime: float, tau_prime: float) -> dict[str, torch.Tensor]:
+             label_smoothing: float, gamma_prime: float, tau_prime: float,
+             logits_u_kd: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """SSAT-MBI-AWR (appendix; SRST-AWR when beta = 0 or x_adv = x_pgd).
 
     LS-CE(f(x_l), y_l) + gamma' KL(p_T^tau'(x_u) || p^tau'(x_u))
       + lam * [beta KL(p(x_u)||p(x_u_adv)) w_adv + (1 - beta) KL(p(x_u)||p(x_u_pgd)) w]
     logits_l: (n, C), y_l: (n,); logits_u*, teacher_logits_u: (m, C). y~ = softmax(teacher logits).
+    logits_u_kd: (m, C) x_u logits of the distillation term where they come from another forward than
+    logits_u (SRST-AWR's code forwards x_u before the attack and again after it); None: logits_u.
     """
     ls_ce = F.cross_entropy(logits_l.float(), y_l, label_smoothing=label_smoothing)
     y_t = F.softmax(teacher_logits_u.float(), dim=1)
-    kd = kl_rows(teacher_logits_u / tau_prime, logits_u / tau_prime).mean()
+    student_kd = logits_u if logits_u_kd is None else logits_u_kd
+    kd = kl_rows(teacher_logits_u / tau_prime, student_kd / tau_prime).mean()
     w_adv = awr_weight(y_t, logits_u, logits_u_adv)
     kl_adv = (kl_rows(logits_u, logits_u_adv) * w_adv).mean()
     if logits_u_pgd is logits_u_adv:

@@ -25,7 +25,8 @@ class Method:
         labels or (B, C) soft targets.
     batching "awr": a labeled and an unlabeled batch and the teacher's logits on the unlabeled one; the loss is
         loss(ll, yl, lu, la, lp, lt, m, beta) with ll (n, C), yl (n,) and lu, la, lp, lt (u, C) for x_u,
-        x_u_adv, x_u_pgd and the teacher.
+        x_u_adv, x_u_pgd and the teacher; with method.awr_forwards=authors it also gets lu_kd=, the logits of
+        the first x_u forward (before the attack) for its distillation term (lu: the second, after it).
     Either returns a dict of scalar tensors: "loss" (minimised) and its named terms (logged as train/<term>).
     m is the run's MethodConfig, beta is m.beta or forced_beta (see `beta`).
     may_interpolate: the loss can use x_adv apart from x_pgd; False: method.interpolate=true is refused.
@@ -72,10 +73,10 @@ def _uat(lx, la, lp, y, m, beta: float) -> dict[str, torch.Tensor]:
     return uat_loss(lx, la, y, m.lam)
 
 
-def _awr(ll, yl, lu, la, lp, lt, m, beta: float) -> dict[str, torch.Tensor]:
+def _awr(ll, yl, lu, la, lp, lt, m, beta: float, lu_kd=None) -> dict[str, torch.Tensor]:
     """SSAT-MBI-AWR (appendix); SRST-AWR is it with beta = 0."""
     return awr_loss(ll, yl, lu, la, lp, lt, lam=m.lam, beta=beta, label_smoothing=m.label_smoothing,
-                    gamma_prime=m.gamma_prime, tau_prime=m.tau_prime)
+                    gamma_prime=m.gamma_prime, tau_prime=m.tau_prime, logits_u_kd=lu_kd)
 
 
 register_method(Method("ssat-mbi", "union", _mbi, may_interpolate=True))

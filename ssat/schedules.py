@@ -77,11 +77,16 @@ def rho_schedule(epoch: int, rho0: float, double_epoch: int | None = None) -> fl
     return 2 * rho0 if double_epoch is not None and epoch >= double_epoch else rho0
 
 
-def lr_at(epoch: int, lr: float, milestones: list[int], factors: list[float]) -> float:
-    """Initial rate times the factor of the latest milestone reached (not compounded): 0.1/0.01/0.005 at 60/70/90."""
+def lr_at(epoch: int, lr: float, milestones: list[int], factors: list[float], after_milestone: bool = False) -> float:
+    """Initial rate times the factor of the latest milestone reached (not compounded): 0.1/0.01/0.005 at 60/70/90.
+
+    after_milestone: a milestone m takes effect at epoch m + 1, as torch's MultiStepLR stepped after each epoch
+    (SRST-AWR's code): milestones [50, 150], factors [0.1, 0.01] give lr for epochs 1-50, 0.1 lr for 51-150.
+    """
+    start = 1 if after_milestone else 0
     mult = 1.0
     for m, f in zip(milestones, factors):
-        if epoch >= m:
+        if epoch >= m + start:
             mult = f
     return lr * mult
 
@@ -92,7 +97,7 @@ def at_epoch(cfg, epoch: int) -> dict[str, float]:
     a, m, o = cfg.attack, cfg.method, cfg.optim
     return {"eps_max": epsilon_schedule(a.schedule, epoch, eps=cfg.eps, t=a.t, gamma=a.gamma),
             "rho": rho_schedule(epoch, m.rho0, m.rho_double_epoch),
-            "lr": lr_at(epoch, o.lr, o.lr_milestones, o.lr_factors)}
+            "lr": lr_at(epoch, o.lr, o.lr_milestones, o.lr_factors, o.lr_decay_after_milestone)}
 
 
 def schedule_table(cfg) -> dict[str, list[float]]:

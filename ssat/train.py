@@ -44,6 +44,14 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
 
 
+def training_precision(precision: str, device_type: str) -> str:
+    """system.precision on a device: auto is bf16 on CUDA; auto and fp16 are fp32 on a CPU (float16 autocast
+    and its gradient scaler are for CUDA); fp32 and bf16 are themselves."""
+    if device_type != "cuda":
+        return "fp32" if precision in ("auto", "fp16") else precision
+    return "bf16" if precision == "auto" else precision
+
+
 def needs_teacher(cfg: Config) -> bool:
     return not cfg.data.fully_labeled
 
@@ -73,7 +81,10 @@ class Trainer:
         self.model = create_model(cfg.model.name, self.num_classes, self.channels, cfg.model.dropout).to(self.device)
         # channels_last by default: 1.45x for the MNIST CNN's PGD on a CPU core, 1.07x for WRN-28-5 (bf16) on an H200
         self.channels_last = s.channels_last if s.channels_last is not None else True
-        self.precision = s.precision if s.precision != "auto" else ("bf16" if self.device.type == "cuda" else "fp32")
+        self.precision = training_precision(s.precision, self.device.type)
+        if s.precision == "fp16" and self.precision == "fp32":
+            log(f"system.precision fp16 on {self.device.type}: training in fp32")
+        self.scaler = None  # fp16: a fresh GradScaler every epoch (train_epoch), as SRST-AWR's train()
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.net = self.model if s.compile == "off" else torch.compile(self.model, mode=s.compile)
@@ -85,7 +96,7 @@ class Trainer:
         if cfg.is_awr:
             self._init_awr_teacher()
             self.batches = AWRBatches(x_train, y_train, self.split, o.labeled_batch, o.unlabeled_batch,
-                                      self.device, flip)
+                                      self.device, flip, cfg.data.labeled_sampling)
         else:
             soft = teacher.probabilities() if teacher is not None and len(self.split.unlabeled) else None
             self.batches = UnionBatches(x_train, y_train, self.split, soft, self.num_classes, o.batch_size,
@@ -112,7 +123,8 @@ class Trainer:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+        dtype = torch.float16 if self.precision == "fp16" else torch.bfloat16
+        return torch.autocast(self.device.type, dtype=dtype, enabled=self.precision in ("bf16", "fp16"))
 
     # ---- schedules ----------------------------------------------------------------------------
     def schedule(self, epoch: int) -> dict[str, float]:
@@ -120,11 +132,13 @@ class Trainer:
         return at_epoch(self.cfg, epoch)
 
     # ---- one step -----------------------------------------------------------------------------
-    def _attack(self, x, targets, eps_max, rho):
-        """x_pgd by PGD-T in the eps_max-ball, then x_adv by margin-based interpolation (eval mode)."""
+    def _attack(self, x, targets, eps_max, rho, pgd_targets=None):
+        """x_pgd by PGD-T in the eps_max-ball, then x_adv by margin-based interpolation (eval mode).
+        targets: the margin's y~, and PGD's unless pgd_targets is given (AWR's hard inner target)."""
         a, m = self.cfg.attack, self.cfg.method
         step = a.step_size if a.step_size is not None else a.step_ratio * eps_max
-        x_pgd = pgd(self.net, x, targets, eps_max, a.steps, step, loss=a.inner_loss, init=a.init)
+        x_pgd = pgd(self.net, x, targets if pgd_targets is None else pgd_targets, eps_max, a.steps, step,
+                    loss=a.inner_loss, init=a.init)
         if not m.interpolate:
             return x_pgd, x_pgd, torch.ones(len(x), device=x.device)
         x_adv, alpha = interpolate(self.net, x, x_pgd, targets, rho, m.tau, m.K)
@@ -149,18 +163,34 @@ class Trainer:
         return terms, x, x_pgd, x_adv, alpha
 
     def _awr_step(self, xl, yl, xu, eps_max, rho):
-        """A labeled batch xl (n, ...), yl (n,) and an unlabeled one xu (u, ...) -> the method's loss terms."""
+        """A labeled batch xl (n, ...), yl (n,) and an unlabeled one xu (u, ...) -> the method's loss terms.
+
+        The student's train-mode forwards (method.awr_forwards): "single": x_l, x_u, x_adv [, x_pgd] after the
+        attack. "authors" (SRST-AWR's code): x_l and x_u before the attack, so that it runs with BN statistics
+        updated by them, then x_adv, x_u again [, x_pgd]; the distillation term takes the first x_u logits, the
+        robust KL and its weights the second. PGD's CE target (attack.inner_target): the teacher's
+        probabilities (soft) or their argmax (hard); the margin always takes the probabilities.
+        """
         m = self.cfg.method
         xl, xu = self._prep(xl), self._prep(xu)
+        authors = m.awr_forwards == "authors"
         with self._autocast():
+            if authors:
+                self.net.train()
+                ll, lu_kd = self.net(xl), self.net(xu)
             with torch.no_grad():
                 t_logits = self.teacher_model(xu).float()
             y_t = torch.softmax(t_logits, 1)
-            x_pgd, x_adv, alpha = self._attack(xu, y_t, eps_max, rho)
+            hard = y_t.argmax(1) if self.cfg.attack.inner_target == "hard" else None
+            x_pgd, x_adv, alpha = self._attack(xu, y_t, eps_max, rho, pgd_targets=hard)
             self.net.train()
-            ll, lu, la = self.net(xl), self.net(xu), self.net(x_adv)
+            if authors:
+                la, lu = self.net(x_adv), self.net(xu)
+            else:
+                ll, lu, la = self.net(xl), self.net(xu), self.net(x_adv)
             lp = la if x_adv is x_pgd else self.net(x_pgd)
-            terms = self.method.loss(ll, yl, lu, la, lp, t_logits, m, self.method.beta(m))
+            kd = {"lu_kd": lu_kd} if authors else {}
+            terms = self.method.loss(ll, yl, lu, la, lp, t_logits, m, self.method.beta(m), **kd)
         return terms, xu, x_pgd, x_adv, alpha
 
     # ---- one epoch ----------------------------------------------------------------------------
@@ -177,6 +207,7 @@ class Trainer:
         n_img, n_att = 0, 0
         k_floor = 2.0 ** -self.cfg.method.K
         t0 = time.perf_counter()
+        self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
         for i, batch in enumerate(self.batches.epoch(self.gen)):
             faults.maybe("epoch", epoch, step=i)
             if self.method.batching == "awr":  # the batching decides the step, the method's loss the terms
@@ -192,8 +223,13 @@ class Trainer:
             if (i + 1) % CHECK_EVERY == 0 or self.device.type == "cpu":
                 self._check_finite(bad, epoch, i + 1)
             self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.opt.step()
+            if self.scaler is None:
+                loss.backward()
+                self.opt.step()
+            else:  # fp16: the loss scaled up against underflow; a step whose gradients overflow is skipped
+                self.scaler.scale(loss).backward()
+                self.scaler.step(self.opt)
+                self.scaler.update()
             with torch.no_grad():
                 b = len(x)
                 for k, v in terms.items():
