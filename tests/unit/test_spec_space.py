@@ -364,6 +364,11 @@ def test_bad_rows():
     refused(grid(grid=[{"row": "a", "set": [1]}]), "grid[0].set: expected a mapping of dotted keys, got [1]")
 
 
+@pytest.mark.parametrize("pname", [3, 0, False, []])
+def test_a_rows_preset_must_be_a_name_even_when_falsy(pname):
+    refused(grid(grid=[{"row": "a", "preset": pname}]), f"grid[0].preset: {pname!r}; expected the name of an ssat preset")
+
+
 def test_product_rows_and_labels():
     spec = parse_spec(grid(seeds=[0], grid={"product": {"method.beta": [0.2, 1], "attack.t": [3, 5]}}))
     assert [(r["row"], r["set"]) for r in spec.grid] == [
