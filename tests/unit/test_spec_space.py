@@ -4,6 +4,7 @@ define-by-run function on real Optuna trials. Nothing here starts Ray or trains.
 """
 from __future__ import annotations
 
+import copy
 import datetime
 import pickle
 import re
@@ -121,11 +122,14 @@ def test_digest_is_of_the_source_whatever_its_key_order():
     assert dated.digest() != parse_spec(grid(description="2025-06-01 ")).digest()
 
 
-def test_parse_spec_does_not_change_its_input():
-    raw = search(SCHED, confirm={"seeds": [5]})
+def test_parse_spec_does_not_change_its_input_nor_share_it():
+    raw = copy.deepcopy(search(SCHED, confirm={"seeds": [5]}))  # edited below: not the shared SCHED
     before = repr(raw)
-    parse_spec(raw, sets={"method.K": 2})
+    spec = parse_spec(raw, sets={"method.K": 2})
     assert repr(raw) == before
+    digest = spec.digest()
+    raw["search"]["space"]["method.beta"]["float"][1] = 0.5  # the caller edits its dict afterwards
+    assert spec.digest() == digest and spec.search["space"]["method.beta"] == {"float": [0.0, 1.0]}
 
 
 # ---- command-line style arguments ------------------------------------------------------------------------------
@@ -173,6 +177,11 @@ def test_spec_epochs_rescale_the_preset_and_explicit_milestones_are_kept():
     assert (cfg.optim.epochs, cfg.optim.lr_milestones, cfg.optim.lr_factors) == (3, [1, 2], [0.1, 0.01])
     with pytest.raises(SpecError, match=r"^<spec>: preset 'mnist5k-ssat-mbi': --epochs 3: lr milestones"):
         parse_spec(grid(epochs=3))
+
+
+def test_spec_epochs_of_one():
+    cfg = parse_spec(grid(epochs=1, overrides={"optim.lr_milestones": [], "optim.lr_factors": []})).trials()[0].config
+    assert (cfg.optim.epochs, cfg.attack.t, cfg.optim.lr_milestones) == (1, 1, [])
 
 
 @pytest.mark.parametrize("epochs", [0, True, "ten"])
