@@ -1,16 +1,19 @@
 """The GPU path: images/s, epoch time and model-FLOP utilisation of SSAT-MBI, and trials packed on one GPU.
 
     python benchmarks/gpu_throughput.py variants [--model wrn-28-5] [--steps 20]
+    python benchmarks/gpu_throughput.py trainer [--model wrn-28-5] [--images 8192] [--graph-mode]
+    python benchmarks/gpu_throughput.py equivalence [--model wrn-16-1] [--steps 50]
     python benchmarks/gpu_throughput.py pack --n 1 2 4 8 [--model wrn-28-2] [--seconds 20]
-    python benchmarks/gpu_throughput.py trainer [--model wrn-28-5] [--images 8192]
 
-`variants` times the trainer's step (PGD-10, K = 3 binary search, three outer forward/backward passes) on a
-fixed synthetic CIFAR batch in fp32, bf16 autocast, + channels_last, + torch.compile. `trainer` runs the real
-Trainer for one epoch on synthetic CIFAR-shaped images held on the GPU and augmented there (the data path the
-sweeps use). `pack` starts N processes that each train WRN-28-2 on the same GPU and sums their images/s over a
+Every step here is Trainer.step (ssat/train.py) of a real Trainer (step_time.bench_trainer). `variants` times
+it on a fixed synthetic CIFAR batch in fp32, bf16 autocast, + channels_last, + torch.compile, + graph mode.
+`trainer` runs the real Trainer for two epochs on synthetic CIFAR-shaped images held on the device and augmented
+there (the data path the sweeps use) and reports the second. `equivalence` trains two trainers from the same
+seed on the same batches, one in graph mode and one eager, and reports how far their weights and statistics
+drift apart. `pack` starts N processes that each train WRN-28-2 on the same GPU and sums their images/s over a
 common timed window. FLOPs per image per step = forward FLOPs x 32 (see benchmarks/step_time.py's count);
 utilisation is against the dense bf16 peak (H100/H200 SXM: 989 TFLOP/s). Fixed iteration counts; no timing
-claim is made for a CPU run of this script.
+claim is made for a CPU run of this script (device_run.sh --cpu-smoke runs it at tiny sizes).
 """
 from __future__ import annotations
 
@@ -26,69 +29,42 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_time import make_step, predicted_units  # noqa: E402
+from step_time import bench_schedule, bench_trainer, fixed_batch, predicted_units, timed_steps  # noqa: E402
 
 from ssat.config import from_dict  # noqa: E402
 from ssat.models import create_model, forward_flops  # noqa: E402
+from ssat.train import StepStats, Trainer  # noqa: E402
+from tests.fakedata import write_cifar10  # noqa: E402
 
 PEAK_BF16 = 989e12
 CIFAR_UNION = 4000 + 45000  # labeled + unlabeled images of one CIFAR-10 epoch (1,000 held out for validation)
 
 
-def _device():
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def one_variant(model_name: str, precision: str, channels_last: bool, compile_mode: str, steps: int, batch: int,
-                warmup: int = 3) -> dict:
-    device = _device()
-    torch.manual_seed(0)
-    cfg = from_dict({"data": {"dataset": "cifar10"}, "model": {"name": model_name},
-                     "method": {"name": "ssat-mbi", "interpolate": True}, "system": {"precision": precision}})
-    model = create_model(model_name, 10, 3).to(device)
-    flops = forward_flops(model, (3, 32, 32))
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    net = torch.compile(model, mode=compile_mode) if compile_mode != "off" else model
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.rand(batch, 3, 32, 32, device=device)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.softmax(torch.randn(batch, 10, device=device), 1)
-    step = make_step("ssat-mbi", net, cfg, opt, device)
-    t_c = time.perf_counter()
-    for _ in range(warmup):
-        step(x, y)
-    _sync(device)
-    warm_s = time.perf_counter() - t_c
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step(x, y)
-    _sync(device)
-    dt = (time.perf_counter() - t0) / steps
+                graph_mode: bool = False, warmup: int = 5, device: str = "auto") -> dict:
+    tr = bench_trainer("ssat-mbi", model_name, precision=precision, channels_last=channels_last,
+                       compile_mode=compile_mode, graph_mode=graph_mode, device=device, batch=batch)
+    flops = forward_flops(create_model(model_name, 10, 3).to(tr.device), (3, 32, 32))
+    warm_s, dt = timed_steps(tr, fixed_batch(tr, batch), steps, warmup)
     ips = batch / dt
     achieved = ips * flops * predicted_units("ssat-mbi")
     return {"model": model_name, "precision": precision, "channels_last": channels_last, "compile": compile_mode,
-            "ms_per_step": dt * 1e3, "images_per_s": ips, "cifar10_epoch_s": CIFAR_UNION / ips,
-            "tflops": achieved / 1e12, "mfu_vs_bf16_peak": achieved / PEAK_BF16, "warmup_s": warm_s,
-            "gflop_per_forward": flops / 1e9}
+            "graph_mode": tr.graph_status, "ms_per_step": dt * 1e3, "images_per_s": ips,
+            "cifar10_epoch_s": CIFAR_UNION / ips, "tflops": achieved / 1e12, "mfu_vs_bf16_peak": achieved / PEAK_BF16,
+            "warmup_s": warm_s, "gflop_per_forward": flops / 1e9}
 
 
 def cmd_variants(args) -> list[dict]:
     out = []
-    for prec, cl, comp in (("fp32", False, "off"), ("bf16", False, "off"), ("bf16", True, "off"),
-                           ("bf16", True, "default"), ("bf16", True, "reduce-overhead")):
+    for prec, cl, comp, graph in (("fp32", False, "off", False), ("bf16", False, "off", False),
+                                  ("bf16", True, "off", False), ("bf16", True, "off", True),
+                                  ("bf16", True, "default", False), ("bf16", True, "reduce-overhead", False)):
         if comp != "off" and args.no_compile:
             continue
         try:
-            r = one_variant(args.model, prec, cl, comp, args.steps, args.batch)
+            r = one_variant(args.model, prec, cl, comp, args.steps, args.batch, graph_mode=graph, device=args.device)
         except Exception as exc:  # a variant that does not work here is reported, not hidden
-            r = {"model": args.model, "precision": prec, "channels_last": cl, "compile": comp,
+            r = {"model": args.model, "precision": prec, "channels_last": cl, "compile": comp, "graph_mode": graph,
                  "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
         print(json.dumps(r), flush=True)
         out.append(r)
@@ -96,51 +72,70 @@ def cmd_variants(args) -> list[dict]:
 
 
 def cmd_trainer(args) -> dict:
-    """One real Trainer epoch on synthetic CIFAR-10 files: the GPU-resident data path, augmentation included."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.fakedata import write_cifar10
-
-    from ssat.train import Trainer
-
-    root = Path(tempfile.mkdtemp())
-    write_cifar10(root, n_train=args.images + 100, n_test=100)
-    over = {"data.root": str(root), "data.fully_labeled": True, "data.n_val": 100, "model.name": args.model,
-            "optim.epochs": 2, "attack.schedule": "const", "attack.t": None, "optim.lr_milestones": [],
-            "optim.lr_factors": [], "method.interpolate": True, "method.name": "ssat-mbi", "method.rho_double_epoch": None,
-            "system.precision": args.precision, "system.compile": args.compile, "eval.val_every": 100}
+    """Two real Trainer epochs on synthetic CIFAR-10 files: the device-resident data path, augmentation included."""
     from ssat.presets import preset
 
+    root = Path(tempfile.mkdtemp())
+    write_cifar10(root, n_train=args.images + 10, n_test=10)
+    over = {"data.root": str(root), "data.fully_labeled": True, "data.n_val": 10, "model.name": args.model,
+            "optim.epochs": 2, "attack.schedule": "const", "attack.t": None, "optim.lr_milestones": [],
+            "optim.lr_factors": [], "method.interpolate": True, "method.name": "ssat-mbi", "method.rho_double_epoch": None,
+            "system.precision": args.precision, "system.compile": args.compile, "system.graph_mode": args.graph_mode,
+            "system.device": args.device, "eval.val_every": 100}
     cfg = from_dict(preset("cifar10-ssat-mbi"), over)
     tr = Trainer(cfg, root / "out", log=lambda s: None)
     hist = tr.fit()
-    m = hist[-1]  # the second epoch: compilation and allocator warm-up are behind
-    r = {"trainer_model": args.model, "precision": args.precision, "compile": args.compile, "images": args.images,
-         "epoch_s": m["perf/epoch_seconds"], "images_per_s": m["perf/images_per_s"],
-         "cifar10_epoch_s": CIFAR_UNION / m["perf/images_per_s"]}
+    m = hist[-1]  # the second epoch: compilation, capture and allocator warm-up are behind
+    r = {"trainer_model": args.model, "precision": tr.precision, "compile": args.compile, "graph_mode": tr.graph_status,
+         "graph_steps": m.get("perf/graph_steps"), "images": args.images, "epoch_s": m["perf/epoch_seconds"],
+         "images_per_s": m["perf/images_per_s"], "cifar10_epoch_s": CIFAR_UNION / m["perf/images_per_s"],
+         "train_loss": m["train/loss"]}
+    print(json.dumps(r), flush=True)
+    return r
+
+
+def cmd_equivalence(args) -> dict:
+    """Graph mode against eager steps: two trainers from the same seed and weights, the same batches and the same
+    default-generator state before each step, `steps` steps each; how far weights and statistics drift apart."""
+    runs = {}
+    for graph in (False, True):
+        tr = bench_trainer("ssat-mbi", args.model, precision=args.precision, channels_last=True, graph_mode=graph,
+                           device=args.device, batch=args.batch, cudnn_benchmark=False)
+        torch.manual_seed(0)  # the same PGD random starts for both (CUDA: the default generator)
+        sched, acc = bench_schedule(tr), StepStats(tr.device, tr.cfg.method.K)
+        for i in range(args.steps):
+            tr.step(fixed_batch(tr, args.batch, seed=i), sched, acc)
+        runs[graph] = (tr, acc)
+    (eager, acc_e), (graph, acc_g) = runs[False], runs[True]
+    diff = max((a.float() - b.float()).abs().max().item()
+               for a, b in zip(eager.model.state_dict().values(), graph.model.state_dict().values()))
+    se, sg = acc_e.summary(), acc_g.summary()
+    r = {"equivalence_model": args.model, "steps": args.steps, "precision": eager.precision,
+         "graph_mode": graph.graph_status, "graph_steps": acc_g.graph_steps,
+         "eager_steps_in_graph_run": acc_g.eager_steps,
+         "max_abs_weight_diff": diff, "bitwise_equal": diff == 0.0,
+         "train_loss_eager": se["train/loss"], "train_loss_graph": sg["train/loss"],
+         "alpha_mean_eager": se["adv/alpha_mean"], "alpha_mean_graph": sg["adv/alpha_mean"]}
     print(json.dumps(r), flush=True)
     return r
 
 
 def cmd_worker(args) -> None:
     """One packed trial: warm up, wait for the common start, count steps for `seconds`."""
-    device = _device()
-    cfg = from_dict({"data": {"dataset": "cifar10"}, "model": {"name": args.model},
-                     "method": {"name": "ssat-mbi", "interpolate": True}, "system": {"precision": "bf16"}})
-    model = create_model(args.model, 10, 3).to(device).to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.rand(args.batch, 3, 32, 32, device=device).contiguous(memory_format=torch.channels_last)
-    y = torch.softmax(torch.randn(args.batch, 10, device=device), 1)
-    step = make_step("ssat-mbi", model, cfg, opt, device)
+    tr = bench_trainer("ssat-mbi", args.model, precision=args.precision, channels_last=True, device=args.device,
+                       batch=args.batch)
+    batch, sched, acc = fixed_batch(tr, args.batch), bench_schedule(tr), StepStats(tr.device, tr.cfg.method.K)
+    sync = torch.cuda.synchronize if tr.device.type == "cuda" else (lambda: None)
     for _ in range(3):
-        step(x, y)
-    _sync(device)
+        tr.step(batch, sched, acc)
+    sync()
     while time.time() < args.start_at:
         time.sleep(0.01)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < args.seconds:
-        step(x, y)
+        tr.step(batch, sched, acc)
         n += 1
-    _sync(device)
+    sync()
     print(json.dumps({"images_per_s": n * args.batch / (time.perf_counter() - t0)}), flush=True)
 
 
@@ -149,7 +144,8 @@ def cmd_pack(args) -> list[dict]:
     for n in args.n:
         start_at = time.time() + args.startup
         procs = [subprocess.Popen([sys.executable, __file__, "worker", "--model", args.model, "--batch", str(args.batch),
-                                   "--seconds", str(args.seconds), "--start-at", str(start_at)],
+                                   "--seconds", str(args.seconds), "--start-at", str(start_at), "--device", args.device,
+                                   "--precision", args.precision],
                                   stdout=subprocess.PIPE, text=True) for _ in range(n)]
         rates = []
         for p in procs:
@@ -157,7 +153,8 @@ def cmd_pack(args) -> list[dict]:
             lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
             if lines:
                 rates.append(json.loads(lines[-1])["images_per_s"])
-        r = {"packed_trials": n, "model": args.model, "per_trial_images_per_s": [round(x, 1) for x in rates],
+        r = {"packed_trials": n, "model": args.model, "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
+             "per_trial_images_per_s": [round(x, 1) for x in rates],
              "total_images_per_s": round(sum(rates), 1), "finished": len(rates)}
         print(json.dumps(r), flush=True)
         out.append(r)
@@ -166,33 +163,44 @@ def cmd_pack(args) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--device", default="auto", help="auto, cuda or cpu (system.device)")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    v = sub.add_parser("variants")
+    v = sub.add_parser("variants", parents=[common])
     v.add_argument("--model", default="wrn-28-5")
     v.add_argument("--steps", type=int, default=20)
     v.add_argument("--batch", type=int, default=128)
     v.add_argument("--no-compile", action="store_true")
-    t = sub.add_parser("trainer")
+    t = sub.add_parser("trainer", parents=[common])
     t.add_argument("--model", default="wrn-28-5")
     t.add_argument("--images", type=int, default=8192)
     t.add_argument("--precision", default="bf16")
     t.add_argument("--compile", default="off")
-    p = sub.add_parser("pack")
+    t.add_argument("--graph-mode", action="store_true")
+    e = sub.add_parser("equivalence", parents=[common])
+    e.add_argument("--model", default="wrn-16-1")
+    e.add_argument("--steps", type=int, default=50)
+    e.add_argument("--batch", type=int, default=128)
+    e.add_argument("--precision", default="fp32")
+    p = sub.add_parser("pack", parents=[common])
     p.add_argument("--n", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--model", default="wrn-28-2")
     p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--precision", default="bf16")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--startup", type=float, default=40.0, help="seconds allowed for imports and warm-up")
-    w = sub.add_parser("worker")
+    w = sub.add_parser("worker", parents=[common])
     w.add_argument("--model", default="wrn-28-2")
     w.add_argument("--batch", type=int, default=128)
+    w.add_argument("--precision", default="bf16")
     w.add_argument("--seconds", type=float, default=20.0)
     w.add_argument("--start-at", type=float, required=True)
     args = ap.parse_args(argv)
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (not a GPU figure)"
     if args.cmd != "worker":
         print(json.dumps({"device": dev, "torch": torch.__version__, "cuda": torch.version.cuda}), flush=True)
-    {"variants": cmd_variants, "trainer": cmd_trainer, "pack": cmd_pack, "worker": cmd_worker}[args.cmd](args)
+    {"variants": cmd_variants, "trainer": cmd_trainer, "equivalence": cmd_equivalence, "pack": cmd_pack,
+     "worker": cmd_worker}[args.cmd](args)
     return 0
 
 

@@ -1,4 +1,6 @@
-"""Time training steps of SSAT-MBI against RST: same batch, same attack, same model.
+"""Time training steps of SSAT-MBI against RST: same batch, same attack, same model. The step timed is
+Trainer.step of a real Trainer (ssat/train.py), the one its epochs run: attack, outer forward, backward, SGD
+and statistics.
 
     python benchmarks/step_time.py [--steps 20] [--batch 128] [--models wrn-28-2 cnn-small] [--device auto]
         [--precision fp32|bf16] [--channels-last] [--compile MODE]
@@ -12,13 +14,18 @@ The paper reports 3.06 vs 2.89 min/epoch (ratio 1.06) on CIFAR-10 with WRN-28-5.
 from __future__ import annotations
 
 import argparse
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
-from ssat.config import from_dict
-from ssat.methods import METHOD_REGISTRY
-from ssat.models import create_model, forward_flops
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ssat.config import from_dict  # noqa: E402
+from ssat.models import create_model, forward_flops  # noqa: E402
+from ssat.train import StepStats, Trainer  # noqa: E402
+from tests.fakedata import write_cifar10  # noqa: E402
 
 
 def predicted_units(method: str, steps: int = 10, K: int = 3) -> float:
@@ -29,60 +36,60 @@ def predicted_units(method: str, steps: int = 10, K: int = 3) -> float:
     return pgd + outer
 
 
-def make_step(method: str, model, cfg, opt, device):
-    """One training step of the trainer's union path, as a closure over a fixed batch."""
-    from ssat.attacks import pgd
-    from ssat.interpolation import interpolate
-
-    m, a = cfg.method, cfg.attack
-    entry = METHOD_REGISTRY[method]
-    prec = torch.bfloat16 if cfg.system.precision == "bf16" else None
-
-    def step(x, y):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=prec is not None):
-            x_pgd = pgd(model, x, y, cfg.eps, a.steps, cfg.eps / 4)
-            if method == "ssat-mbi":
-                x_adv, _ = interpolate(model, x, x_pgd, y, m.rho0, m.tau, m.K)
-            else:
-                x_adv = x_pgd
-            model.train()
-            lx, la = model(x), model(x_adv)
-            lp = la if x_adv is x_pgd else model(x_pgd)
-            loss = entry.loss(lx, la, lp, y, m, entry.beta(m))["loss"]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
-
-
-def time_steps(method: str, model_name: str, args, device) -> tuple[float, int]:
-    dataset, shape = ("mnist5k", (1, 28, 28)) if model_name == "cnn-small" else ("cifar10", (3, 32, 32))
-    cfg = from_dict({"data": {"dataset": dataset}, "model": {"name": model_name},
+def bench_trainer(method: str, model_name: str, *, precision: str = "fp32", channels_last: bool = False,
+                  compile_mode: str = "off", graph_mode: bool = False, device: str = "auto", batch: int = 128,
+                  threads: int | None = None, cudnn_benchmark: bool = True, root: Path | None = None) -> Trainer:
+    """A real Trainer whose step (Trainer.step, the one the epochs run) the benchmarks time. Fully labeled, so
+    no teacher is needed: MNIST-5k (shipped) for cnn-small, else small synthetic CIFAR-10 files in `root`."""
+    root = Path(root or tempfile.mkdtemp(prefix="ssat-bench-"))
+    data = {"dataset": "mnist5k", "fully_labeled": True, "n_val": 10}
+    if model_name != "cnn-small":
+        write_cifar10(root / "cifar10", n_train=4 * batch + 10, n_test=10)  # 4 full batches per epoch
+        data = {"dataset": "cifar10", "root": str(root / "cifar10"), "fully_labeled": True, "n_val": 10}
+    cfg = from_dict({"data": data, "model": {"name": model_name},
                      "method": {"name": method, "interpolate": method == "ssat-mbi", "beta": 0.4},
-                     "system": {"precision": args.precision}})
-    torch.manual_seed(0)
-    model = create_model(model_name, 10, shape[0]).to(device)
-    flops = forward_flops(model, shape)
-    if args.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    net = torch.compile(model, mode=args.compile) if args.compile != "off" else model
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    g = torch.Generator().manual_seed(0)
-    x = torch.rand(args.batch, *shape, generator=g).to(device)
-    if args.channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    y = torch.softmax(torch.randn(args.batch, 10, generator=g), 1).to(device)
-    step = make_step(method, net, cfg, opt, device)
-    for _ in range(args.warmup):
-        step(x, y)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
+                     "optim": {"batch_size": batch},
+                     "system": {"precision": precision, "channels_last": channels_last, "compile": compile_mode,
+                                "graph_mode": graph_mode, "device": device, "threads": threads,
+                                "cudnn_benchmark": cudnn_benchmark}})
+    return Trainer(cfg, root / "out", log=lambda s: None)
+
+
+def fixed_batch(tr: Trainer, batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random images (B, C, H, W) in [0, 1] and soft targets (B, classes) on the trainer's device."""
+    g = torch.Generator().manual_seed(seed)
+    shape = tuple(tr.x_val.shape[1:])
+    x = torch.rand(batch, *shape, generator=g).to(tr.device)
+    y = torch.softmax(torch.randn(batch, tr.num_classes, generator=g), 1).to(tr.device)
+    return x, y
+
+
+def bench_schedule(tr: Trainer) -> dict[str, float]:
+    """The step's schedule at full strength: eps_max = eps (PGD step eps/4), rho = rho0."""
+    return {"eps_max": tr.cfg.eps, "rho": tr.cfg.method.rho0}
+
+
+def timed_steps(tr: Trainer, batch: tuple, steps: int, warmup: int) -> tuple[float, float]:
+    """(seconds of the warm-up steps, seconds per timed step) of Trainer.step on one fixed batch."""
+    sched, acc = bench_schedule(tr), StepStats(tr.device, tr.cfg.method.K)
+    sync = torch.cuda.synchronize if tr.device.type == "cuda" else (lambda: None)
     t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step(x, y)
+    for _ in range(warmup):
+        tr.step(batch, sched, acc)
     sync()
-    return (time.perf_counter() - t0) / args.steps, flops
+    t1 = time.perf_counter()
+    for _ in range(steps):
+        tr.step(batch, sched, acc)
+    sync()
+    return t1 - t0, (time.perf_counter() - t1) / steps
+
+
+def time_steps(method: str, model_name: str, args) -> tuple[float, int]:
+    tr = bench_trainer(method, model_name, precision=args.precision, channels_last=args.channels_last,
+                       compile_mode=args.compile, device=args.device, batch=args.batch, threads=args.threads)
+    flops = forward_flops(create_model(model_name, tr.num_classes, tr.channels), tuple(tr.x_val.shape[1:]))
+    _, per_step = timed_steps(tr, fixed_batch(tr, args.batch), args.steps, args.warmup)
+    return per_step, flops
 
 
 def main(argv=None) -> int:
@@ -106,8 +113,8 @@ def main(argv=None) -> int:
           f"{args.precision}, channels_last={args.channels_last}, compile={args.compile}")
     pred = predicted_units("ssat-mbi") / predicted_units("rst")
     for model_name in args.models:
-        rst, flops = time_steps("rst", model_name, args, device)
-        mbi, _ = time_steps("ssat-mbi", model_name, args, device)
+        rst, flops = time_steps("rst", model_name, args)
+        mbi, _ = time_steps("ssat-mbi", model_name, args)
         ips = args.batch / mbi
         tflops = flops * predicted_units("ssat-mbi") * args.batch / mbi / 1e12
         print(f"{model_name:10s} RST {rst * 1e3:8.1f} ms/step  SSAT-MBI {mbi * 1e3:8.1f} ms/step  "

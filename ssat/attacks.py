@@ -1,6 +1,8 @@
 """L-inf PGD-T (the inner maximisation), with gradients taken with respect to the input only."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -33,9 +35,24 @@ def start_point(x: torch.Tensor, eps: float, init: str = "uniform") -> torch.Ten
     return (x + noise).clamp(0.0, 1.0)
 
 
+@contextlib.contextmanager
+def frozen(model: nn.Module):
+    """Run the block with requires_grad off on the model's parameters that had it (restored afterwards): an
+    attack needs the input gradient only, so autograd neither records nor computes weight gradients."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield model
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
 def pgd(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, eps: float, steps: int, step_size: float,
         loss: str = "ce", random_start: bool = True, init: str = "uniform") -> torch.Tensor:
-    """PGD-T under the L-inf norm (eq. 2), run with the model in eval mode (its mode is restored).
+    """PGD-T under the L-inf norm (eq. 2), run with the model in eval mode and its parameters frozen (both
+    restored). eps and step_size are host numbers (the schedule's), so the branch on eps reads no device value.
 
     x: (B, C, H, W) in [0, 1]; targets: (B,) labels or (B, C) soft targets (loss "ce");
     loss "kl" maximises KL(p(x) || p(x')) (TRADES form, eq. 4) and ignores targets.
@@ -44,7 +61,7 @@ def pgd(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, eps: float, st
     x = x.detach()
     if eps <= 0 or steps <= 0:
         return x.clone()
-    with eval_mode(model):
+    with eval_mode(model), frozen(model):
         if loss == "kl":
             with torch.no_grad():
                 clean_logits = model(x).detach()

@@ -160,6 +160,9 @@ class SystemConfig:
     channels_last: bool | None = None  # None: on (faster on CPU and GPU, see ssat/train.py)
     compile: str = "off"               # torch.compile mode; reduce-overhead uses CUDA graphs (1.37x for one
                                        # WRN-28-5 trial on an H200, after ~25 s of compilation per trial)
+    graph_mode: bool = False           # the whole union step captured as one CUDA graph and replayed (GPU only;
+                                       # elsewhere, or when capture fails, eager with the reason logged)
+    cudnn_benchmark: bool = True       # cuDNN picks the fastest convolution algorithms (CUDA runs; reset per trial)
     threads: int | None = None         # torch intra-op threads; pinned for bit-identical resume
     cuda_memory_fraction: float | None = None  # cap for a fractional-GPU trial
 
@@ -189,8 +192,9 @@ class Config:
 
     def config_hash(self, exclude_seed: bool = True) -> str:
         """12 hex chars identifying what is trained. Locations and resources (data.root, data.teacher_dir,
-        system.device/threads/cuda_memory_fraction) are left out: moving the data or changing a GPU share
-        does not make another experiment."""
+        system.device/threads/cuda_memory_fraction) and performance switches (PERF_FIELDS: compile, graph mode,
+        cuDNN autotuning) are left out: moving the data, changing a GPU share or speeding the step up does not
+        make another experiment."""
         d = self.to_dict()
         if exclude_seed:
             d.pop("seed")
@@ -199,6 +203,11 @@ class Config:
         for (section, key), neutral in HASH_NEUTRAL.items():
             if d[section][key] == neutral:
                 d[section].pop(key)
+        for (section, key), hashed_as in PERF_FIELDS.items():  # how fast, not what is trained
+            if hashed_as is None:
+                d[section].pop(key)
+            else:
+                d[section][key] = hashed_as
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
@@ -234,6 +243,9 @@ LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device
 # code before them: every run tracked so far keeps its key (tests/unit/test_preset_hashes.py).
 HASH_NEUTRAL = {("data", "labeled_sampling"): "random", ("method", "awr_forwards"): "single",
                 ("attack", "inner_target"): "soft", ("optim", "lr_decay_after_milestone"): False}
+# Performance switches, hashed as the value given here: system.compile was hashed before it was declared one,
+# so it is hashed as "off" whatever it is (every key made with the default stays); newer ones (None) not at all.
+PERF_FIELDS = {("system", "compile"): "off", ("system", "graph_mode"): None, ("system", "cudnn_benchmark"): None}
 DATASET_EPS = {"mnist5k": 0.3, "cifar10": 8 / 255, "cifar100": 8 / 255, "svhn": 8 / 255}
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "seed"}
 

@@ -291,23 +291,39 @@ def split_for(cfg) -> tuple[Arrays, Split]:
 
 
 # ---- augmentation and batching on the device ---------------------------------------------------
-def augment(x: torch.Tensor, gen: torch.Generator, *, pad: int = 4, flip: bool = True) -> torch.Tensor:
-    """Random crop with zero padding and (optionally) horizontal flip, per image, on x's device.
+def augment_draws(b: int, gen: torch.Generator, *, pad: int = 4, flip: bool = True):
+    """The random numbers of `augment` for b images, from the CPU generator `gen` in this order: crop rows
+    oy (b,), crop columns ox (b,) in [0, 2 pad], then (flip only) mirror (b,) bool, else None."""
+    oy = torch.randint(0, 2 * pad + 1, (b,), generator=gen)
+    ox = torch.randint(0, 2 * pad + 1, (b,), generator=gen)
+    return oy, ox, (torch.rand(b, generator=gen) < 0.5) if flip else None
 
-    x: (B, C, H, W) float in [0, 1]. Random numbers come from the CPU generator `gen` (checkpointable).
+
+def crop_flip(x: torch.Tensor, oy: torch.Tensor, ox: torch.Tensor, mirror: torch.Tensor | None,
+              pad: int = 4) -> torch.Tensor:
+    """Crop with zero padding at offsets (oy, ox), mirrored horizontally where `mirror` (None: never).
+
+    x: (B, C, H, W); oy, ox: (B,) ints in [0, 2 pad] and mirror: (B,) bool, on x's device -> (B, C, H, W).
+    No random numbers and no host synchronisation: the draws are made before (augment_draws).
     """
     b, c, h, w = x.shape
-    oy = torch.randint(0, 2 * pad + 1, (b,), generator=gen).to(x.device)
-    ox = torch.randint(0, 2 * pad + 1, (b,), generator=gen).to(x.device)
     padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
     rows = (oy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
     cols = (ox[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
     out = padded[torch.arange(b, device=x.device)[:, None, None, None], torch.arange(c, device=x.device)[None, :, None, None],
                  rows, cols]
-    if flip:
-        mask = (torch.rand(b, generator=gen) < 0.5).to(x.device)
-        out = torch.where(mask[:, None, None, None], out.flip(3), out)
+    if mirror is not None:
+        out = torch.where(mirror[:, None, None, None], out.flip(3), out)
     return out
+
+
+def augment(x: torch.Tensor, gen: torch.Generator, *, pad: int = 4, flip: bool = True) -> torch.Tensor:
+    """Random crop with zero padding and (optionally) horizontal flip, per image, on x's device.
+
+    x: (B, C, H, W) float in [0, 1]. Random numbers come from the CPU generator `gen` (checkpointable).
+    """
+    oy, ox, mirror = augment_draws(len(x), gen, pad=pad, flip=flip)
+    return crop_flip(x, oy.to(x.device), ox.to(x.device), None if mirror is None else mirror.to(x.device), pad)
 
 
 def to_float(x_uint8: torch.Tensor) -> torch.Tensor:
@@ -339,13 +355,38 @@ class UnionBatches:
     def __len__(self):
         return len(self.index)
 
+    def spans(self) -> list[tuple[int, int]]:
+        """(start, end) of each batch in the epoch's order; a last batch of one image is left out (BatchNorm
+        cannot train on a single image)."""
+        n = len(self.index)
+        ends = ((s, min(s + self.batch_size, n)) for s in range(0, n, self.batch_size))
+        return [(s, e) for s, e in ends if e - s >= 2]
+
+    def draws(self, gen: torch.Generator) -> torch.Tensor:
+        """An epoch's random numbers, drawn from gen up front in the order a batch-by-batch draw makes them
+        (the order, then oy, ox and mirror of each batch in turn): (4, N) int64 on the CPU, rows order, oy,
+        ox, mirror (0/1); the positions of a left-out last image hold 0 in rows 1-3."""
+        n = len(self.index)
+        out = torch.zeros(4, n, dtype=torch.int64)
+        out[0] = torch.randperm(n, generator=gen)
+        for s, e in self.spans():
+            oy, ox, mirror = augment_draws(e - s, gen, flip=self.flip)
+            out[1, s:e], out[2, s:e] = oy, ox
+            if mirror is not None:
+                out[3, s:e] = mirror
+        return out
+
     def epoch(self, gen: torch.Generator):
-        perm = torch.randperm(len(self.index), generator=gen).to(self.x.device)
-        for s in range(0, len(perm), self.batch_size):
-            b = perm[s: s + self.batch_size]
-            if len(b) < 2:  # BatchNorm cannot train on a single image
-                continue
-            yield augment(to_float(self.x[b]), gen, flip=self.flip), self.targets[b]
+        """(x (B, C, H, W) float, targets (B, C)) per batch. One host-to-device copy per epoch (pinned and
+        non-blocking on a GPU); no random draw and no synchronisation between batches."""
+        host = self.draws(gen)
+        if self.x.device.type == "cuda":
+            host = host.pin_memory()
+        d = host.to(self.x.device, non_blocking=True)  # `host` stays referenced until the epoch ends
+        for s, e in self.spans():
+            b = d[0, s:e]
+            mirror = d[3, s:e].bool() if self.flip else None
+            yield crop_flip(to_float(self.x[b]), d[1, s:e], d[2, s:e], mirror), self.targets[b]
 
 
 class AWRBatches:

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
+from torch.profiler import record_function
 
 from . import faults
 from .attacks import pgd
@@ -38,6 +39,7 @@ from .storage import load_verified, save_verified
 
 
 CHECK_EVERY = 25  # steps between finiteness checks on a GPU (each check synchronises)
+GRAPH_WARMUP = 3  # eager steps before each CUDA-graph capture (cuDNN autotuning, lazy allocations, SGD momentum)
 
 
 class TrainingDiverged(RuntimeError):
@@ -101,6 +103,14 @@ class Trainer:
             soft = teacher.probabilities() if teacher is not None and len(self.split.unlabeled) else None
             self.batches = UnionBatches(x_train, y_train, self.split, soft, self.num_classes, o.batch_size,
                                         self.device, flip)
+        self.acc = StepStats(self.device, cfg.method.K)
+        refusal = self._graph_refusal() if s.graph_mode else None
+        self.graph = GraphStep(self, o.batch_size) if s.graph_mode and refusal is None else None
+        self.graph_status = "off" if not s.graph_mode else (f"eager: {refusal}" if refusal else "pending")
+        if refusal:
+            log(f"system.graph_mode: eager steps, {refusal}")
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = s.cudnn_benchmark
         val = torch.from_numpy(self.split.val)
         self.x_val, self.y_val = self._prep(to_float(x_train[val]).to(self.device)), y_train[val].to(self.device)
         self.swa = torch.optim.swa_utils.AveragedModel(self.model) if o.swa_start is not None else None
@@ -124,7 +134,8 @@ class Trainer:
 
     def _autocast(self):
         dtype = torch.float16 if self.precision == "fp16" else torch.bfloat16
-        return torch.autocast(self.device.type, dtype=dtype, enabled=self.precision in ("bf16", "fp16"))
+        return torch.autocast(self.device.type, dtype=dtype, enabled=self.precision in ("bf16", "fp16"),
+                              cache_enabled=self.graph is None)  # a CUDA graph cannot capture the weight cache
 
     # ---- schedules ----------------------------------------------------------------------------
     def schedule(self, epoch: int) -> dict[str, float]:
@@ -137,11 +148,13 @@ class Trainer:
         targets: the margin's y~, and PGD's unless pgd_targets is given (AWR's hard inner target)."""
         a, m = self.cfg.attack, self.cfg.method
         step = a.step_size if a.step_size is not None else a.step_ratio * eps_max
-        x_pgd = pgd(self.net, x, targets if pgd_targets is None else pgd_targets, eps_max, a.steps, step,
-                    loss=a.inner_loss, init=a.init)
+        with record_function("pgd"):
+            x_pgd = pgd(self.net, x, targets if pgd_targets is None else pgd_targets, eps_max, a.steps, step,
+                        loss=a.inner_loss, init=a.init)
         if not m.interpolate:
             return x_pgd, x_pgd, torch.ones(len(x), device=x.device)
-        x_adv, alpha = interpolate(self.net, x, x_pgd, targets, rho, m.tau, m.K)
+        with record_function("search"):
+            x_adv, alpha = interpolate(self.net, x, x_pgd, targets, rho, m.tau, m.K)
         return x_pgd, x_adv, alpha
 
     def _union_step(self, x, y, eps_max, rho):
@@ -193,6 +206,51 @@ class Trainer:
             terms = self.method.loss(ll, yl, lu, la, lp, t_logits, m, self.method.beta(m), **kd)
         return terms, xu, x_pgd, x_adv, alpha
 
+    # ---- the step: the one the trainer and the benchmarks run -----------------------------------
+    def step(self, batch, sched: dict[str, float], acc: "StepStats", poison: bool = False) -> None:
+        """One optimiser step on `batch` (union: x (B, C, H, W), y (B,) or (B, C); AWR: xl, yl, xu) at the
+        schedule's eps_max and rho (floats), its statistics and image counts added to `acc`. The trainer's
+        epoch, benchmarks/step_time.py, gpu_throughput.py and profile_step.py all run this. It replays the CUDA
+        graph when graph mode runs and the batch has the captured shape; else (and for a fault step) it runs
+        eagerly. poison: the loss times NaN (the fault injector's nan fault)."""
+        if self.graph is not None and not poison and self.graph.fits(batch):
+            self._graph_step(batch, sched, acc)
+        else:
+            self._eager_step(batch, sched, acc, poison)
+            acc.eager_steps += 1
+        acc.count(*self.images(batch))
+
+    def _eager_step(self, batch, sched: dict[str, float], acc: "StepStats", poison: bool = False) -> None:
+        """The step itself: the method's attack and outer forward, backward, SGD, statistics added in place.
+        Each phase is a torch.profiler range (pgd and search nest in the outer forward); nothing here reads a
+        device value (but fp16's gradient scaler, which checks for overflow), so a GPU is never waited for."""
+        with record_function("outer forward"):
+            if self.method.batching == "awr":  # the batching decides the step, the method's loss the terms
+                terms, x, x_pgd, x_adv, alpha = self._awr_step(*batch, sched["eps_max"], sched["rho"])
+            else:
+                terms, x, x_pgd, x_adv, alpha = self._union_step(*batch, sched["eps_max"], sched["rho"])
+            loss = terms["loss"]
+            if poison:
+                loss = loss * float("nan")
+        with record_function("backward"):
+            self.opt.zero_grad(set_to_none=True)
+            (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        with record_function("optimizer"):
+            if self.scaler is None:
+                self.opt.step()
+            else:  # fp16: the loss scaled up against underflow; a step whose gradients overflow is skipped
+                self.scaler.step(self.opt)
+                self.scaler.update()
+        with record_function("statistics"):
+            acc.bad |= ~torch.isfinite(loss.detach())
+            acc.add(terms, x, x_pgd, x_adv, alpha)
+
+    def images(self, batch) -> tuple[int, int]:
+        """(attacked images, all images) of a batch: union (x, y) -> (B, B); AWR (xl, yl, xu) -> (u, n + u)."""
+        if self.method.batching == "awr":
+            return len(batch[2]), len(batch[0]) + len(batch[2])
+        return len(batch[0]), len(batch[0])
+
     # ---- one epoch ----------------------------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, float]:
         sched = self.schedule(epoch)
@@ -200,62 +258,60 @@ class Trainer:
             g["lr"] = sched["lr"]
         # Statistics stay on the device and are read once per epoch (and the finiteness flag every
         # CHECK_EVERY steps): a .item() per step would stall a GPU that is launch-bound on small models.
-        zero = torch.zeros((), device=self.device)
-        sums: dict[str, torch.Tensor] = {}
-        stats = {k: zero.clone() for k in ("linf_max", "adv_linf", "alpha", "a_min", "a_one")}
-        bad = torch.zeros((), dtype=torch.bool, device=self.device)
-        n_img, n_att = 0, 0
-        k_floor = 2.0 ** -self.cfg.method.K
+        acc = self.acc
+        acc.reset()
         t0 = time.perf_counter()
         self.scaler = torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
-        for i, batch in enumerate(self.batches.epoch(self.gen)):
+        for i, batch in enumerate(ranged(self.batches.epoch(self.gen), "data")):
             faults.maybe("epoch", epoch, step=i)
-            if self.method.batching == "awr":  # the batching decides the step, the method's loss the terms
-                terms, x, x_pgd, x_adv, alpha = self._awr_step(*batch, sched["eps_max"], sched["rho"])
-                n_batch = len(batch[0]) + len(batch[2])
-            else:
-                terms, x, x_pgd, x_adv, alpha = self._union_step(*batch, sched["eps_max"], sched["rho"])
-                n_batch = len(batch[0])
-            loss = terms["loss"]
-            if faults.active("nan", epoch):
-                loss = loss * float("nan")
-            bad |= ~torch.isfinite(loss.detach())
+            self.step(batch, sched, acc, poison=faults.active("nan", epoch))
             if (i + 1) % CHECK_EVERY == 0 or self.device.type == "cpu":
-                self._check_finite(bad, epoch, i + 1)
-            self.opt.zero_grad(set_to_none=True)
-            if self.scaler is None:
-                loss.backward()
-                self.opt.step()
-            else:  # fp16: the loss scaled up against underflow; a step whose gradients overflow is skipped
-                self.scaler.scale(loss).backward()
-                self.scaler.step(self.opt)
-                self.scaler.update()
-            with torch.no_grad():
-                b = len(x)
-                for k, v in terms.items():
-                    sums[k] = sums.get(k, zero) + v.detach().float() * b
-                stats["linf_max"] = torch.maximum(stats["linf_max"], (x_pgd - x).abs().max().float())
-                stats["adv_linf"] += (x_adv - x).abs().flatten(1).max(1).values.float().sum()
-                stats["alpha"] += alpha.sum()
-                stats["a_min"] += (alpha <= k_floor + 1e-9).sum()
-                stats["a_one"] += (alpha >= 1.0).sum()
-                n_att += b
-                n_img += n_batch
-        self._check_finite(bad, epoch, "the end")
+                self._check_finite(acc.bad, epoch, i + 1)
+        self._check_finite(acc.bad, epoch, "the end")
         if self.swa is not None and epoch > self.cfg.optim.swa_start:
             self.swa.update_parameters(self.model)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         secs = time.perf_counter() - t0
         self.train_seconds += secs
-        n = max(n_att, 1)
-        out = {f"train/{k}": v.item() / n for k, v in sums.items()}
+        out = acc.summary()
         out.update({"sched/eps_max": sched["eps_max"], "sched/rho": sched["rho"], "sched/lr": sched["lr"],
-                    "adv/pgd_linf_max": stats["linf_max"].item(), "adv/adv_linf_mean": stats["adv_linf"].item() / n,
-                    "adv/alpha_mean": stats["alpha"].item() / n, "adv/alpha_min_share": stats["a_min"].item() / n,
-                    "adv/alpha_one_share": stats["a_one"].item() / n, "perf/epoch_seconds": secs,
-                    "perf/images_per_s": n_img / secs if secs > 0 else 0.0})
+                    "perf/epoch_seconds": secs, "perf/images_per_s": acc.n_img / secs if secs > 0 else 0.0})
+        if self.cfg.system.graph_mode:
+            out["perf/graph_steps"] = acc.graph_steps
         return out
+
+    # ---- graph mode (system.graph_mode; CUDA only, unmeasured on a GPU so far) ------------------
+    def _graph_refusal(self) -> str | None:
+        """Why graph mode cannot run here, or None when it can (it may still fail at capture)."""
+        s = self.cfg.system
+        if self.device.type != "cuda":
+            return f"it needs a CUDA device and this run is on {self.device.type}"
+        if s.compile != "off":
+            return f"system.compile={s.compile!r} compiles (and may graph) the step itself; graph_mode needs off"
+        if self.method.batching != "union":
+            return "it captures the union step; the AWR step runs eagerly"
+        if self.precision == "fp16":
+            return "fp16's gradient scaler reads the overflow flag on the host every step"
+        return None
+
+    def _graph_step(self, batch, sched: dict[str, float], acc: "StepStats") -> None:
+        """A full batch through the CUDA graph; the first ones after a schedule change are eager warm-up steps
+        and the one after them is captured (a capture records and runs nothing, so the replay runs it). A
+        failed capture sends the run back to eager steps with the reason in graph_status."""
+        try:
+            replayed = self.graph.step(batch, sched, acc)
+        except Exception as exc:  # noqa: BLE001 - any capture error: eager from here on, with the reason
+            self.graph, self.graph_status = None, f"eager: capture failed ({type(exc).__name__}: {str(exc)[:200]})"
+            self.log(f"system.graph_mode: {self.graph_status}")
+            self._eager_step(batch, sched, acc)
+            acc.eager_steps += 1
+            return
+        if replayed:
+            acc.graph_steps += 1
+            self.graph_status = "captured"
+        else:
+            acc.eager_steps += 1
 
     @staticmethod
     def _check_finite(bad: torch.Tensor, epoch: int, step) -> None:
@@ -313,7 +369,7 @@ class Trainer:
                              "into it (use a fresh output folder)")
         self.model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["opt"])
-        self.gen.set_state(st["gen"])
+        self.gen.set_state(st["gen"].cpu())  # the data-order generator lives on the CPU (state loaded to the device)
         torch.set_rng_state(st["torch_rng"].cpu())
         if "cuda_rng" in st and self.device.type == "cuda":
             torch.cuda.set_rng_state(st["cuda_rng"].cpu(), self.device)
@@ -378,6 +434,110 @@ class Trainer:
         (self.out / "results.json").write_text(json.dumps({"metrics": metrics, "protocols": tags,
                                                            "best_epoch": self.best_epoch}, indent=1))
         return results
+
+
+class StepStats:
+    """An epoch's training statistics and finiteness flag (bad), kept on the device and added to in place by
+    every step (a CUDA graph's replays add into the same buffers); read once per epoch by summary(). The image
+    counts live on the host: the caller adds them (count), since a replay runs no Python."""
+
+    KEYS = ("linf_max", "adv_linf", "alpha", "a_min", "a_one")
+
+    def __init__(self, device: torch.device, K: int):
+        self.device, self.k_floor = device, 2.0 ** -K
+        self.sums: dict[str, torch.Tensor] = {}  # loss term -> sum over the attacked images
+        self.stats = {k: torch.zeros((), device=device) for k in self.KEYS}
+        self.bad = torch.zeros((), dtype=torch.bool, device=device)
+        self.reset()
+
+    def reset(self) -> None:
+        for v in (*self.sums.values(), *self.stats.values(), self.bad):
+            v.zero_()
+        self.n_att = self.n_img = self.eager_steps = self.graph_steps = 0
+
+    @torch.no_grad()
+    def add(self, terms: dict[str, torch.Tensor], x, x_pgd, x_adv, alpha) -> None:
+        """One step's loss terms (0-dim) and its x, x_pgd, x_adv (B, C, H, W) and alpha (B,)."""
+        b = len(x)
+        for k, v in terms.items():
+            if k not in self.sums:
+                self.sums[k] = torch.zeros((), device=self.device)
+            self.sums[k] += v.detach().float() * b
+        s = self.stats
+        torch.maximum(s["linf_max"], (x_pgd - x).abs().max().float(), out=s["linf_max"])
+        s["adv_linf"] += (x_adv - x).abs().flatten(1).max(1).values.float().sum()
+        s["alpha"] += alpha.sum()
+        s["a_min"] += (alpha <= self.k_floor + 1e-9).sum()
+        s["a_one"] += (alpha >= 1.0).sum()
+
+    def count(self, attacked: int, images: int) -> None:
+        self.n_att += attacked
+        self.n_img += images
+
+    def summary(self) -> dict[str, float]:
+        """train/<term> means over the attacked images and the adv/ statistics (docs/tracking.md names)."""
+        n, s = max(self.n_att, 1), self.stats
+        out = {f"train/{k}": v.item() / n for k, v in self.sums.items()}
+        out.update({"adv/pgd_linf_max": s["linf_max"].item(), "adv/adv_linf_mean": s["adv_linf"].item() / n,
+                    "adv/alpha_mean": s["alpha"].item() / n, "adv/alpha_min_share": s["a_min"].item() / n,
+                    "adv/alpha_one_share": s["a_one"].item() / n})
+        return out
+
+
+class GraphStep:
+    """Trainer._eager_step captured as one CUDA graph, replayed on static copies of each batch (system.graph_mode).
+
+    Requirements met here: GRAPH_WARMUP eager steps on real batches (on a side stream) before each capture, so
+    cuDNN has picked its algorithms and SGD's momentum buffers exist; one capture per schedule (eps_max, rho
+    and lr are baked into the kernels; an lr tensor would cost SGD's foreach path an .item() per step in
+    torch 2.x); randomness inside the graph only from the default CUDA generator (PGD's start; augmentation is
+    drawn up front on the CPU, outside the graph); autocast without its weight cache (Trainer._autocast);
+    statistics accumulated in place into the trainer's StepStats. The caller keeps other batch shapes (the
+    tail), fault steps and the finiteness check eager. Not measured on a GPU yet.
+    """
+
+    def __init__(self, trainer: "Trainer", batch_size: int):
+        self.tr, self.batch_size = trainer, batch_size
+        self.graph, self.key, self.static, self.warm = None, None, None, 0
+
+    def fits(self, batch) -> bool:
+        return len(batch[0]) == self.batch_size
+
+    def step(self, batch, sched: dict[str, float], acc: StepStats) -> bool:
+        """Run one step; True when it was a replay, False for an eager warm-up step."""
+        key = (sched["eps_max"], sched["rho"], self.tr.opt.param_groups[0]["lr"])
+        if key != self.key:
+            self.graph, self.key, self.warm = None, key, 0
+        if self.graph is None and self.warm < GRAPH_WARMUP:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.tr._eager_step(batch, sched, acc)
+            torch.cuda.current_stream().wait_stream(side)
+            self.warm += 1
+            return False
+        if self.graph is None:
+            self.static = [b.clone() for b in batch]
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.tr._eager_step(self.static, sched, acc)
+            self.graph = graph
+        else:
+            for s, b in zip(self.static, batch):
+                s.copy_(b, non_blocking=True)
+        self.graph.replay()
+        return True
+
+
+def ranged(items: Iterator, name: str) -> Iterator:
+    """The items of `items`, each one fetched inside the torch.profiler range `name` (the batches: "data")."""
+    it = iter(items)
+    while True:
+        with record_function(name):
+            item = next(it, None)
+        if item is None:
+            return
+        yield item
 
 
 def _progress(epoch: int, total: int, m: dict) -> str:

@@ -55,6 +55,8 @@ def reset_process_state(cfg: Config, meta: dict) -> int:
             os.environ.pop(var, None)
     threads = cfg.system.threads or max(1, int(meta.get("cpus", 1)))
     torch.set_num_threads(threads)
+    # cuDNN autotuning is process-wide: this trial's setting, not the one a trial before it left on this actor
+    torch.backends.cudnn.benchmark = bool(cfg.system.cudnn_benchmark and torch.cuda.is_available())
     share = meta.get("gpu", 0) or 0
     if torch.cuda.is_available() and share:
         torch.cuda.empty_cache()
