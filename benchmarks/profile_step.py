@@ -67,10 +67,11 @@ def summarize(events, steps: int, wall_s: float, pgd_iterations: int) -> dict:
     cpu = [e for e in events if e.device_type == DeviceType.CPU]
     ranges = [(e.time_range.start, e.time_range.end, e.name) for e in cpu if e.name in PHASES]
     ops = [e for e in cpu if not e.is_user_annotation and e.name not in PHASES and e.name != "step"]
-    by_id = {e.id: e for e in ops}
-    gpu = [e for e in events if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
-    if gpu:  # a kernel's phase is the phase of the operator that launched it
-        kernels = [(e.name, e.time_range.elapsed_us(), by_id.get(e.linked_correlation_id)) for e in gpu]
+    # a device kernel's phase is the phase of the operator that launched it: each operator lists its kernels
+    # (FunctionEvent.kernels, in every torch 2.x; the device events' own link to it is newer than torch 2.11)
+    gpu = [(k.name, k.duration, e) for e in ops for k in e.kernels]
+    if gpu:
+        kernels = gpu
         busy_us = sum(d for _, d, _ in kernels)
     else:  # on a CPU the operators are the kernels, each with its self time
         kernels = [(e.name, e.self_cpu_time_total, e) for e in ops]

@@ -48,7 +48,8 @@ def measured_epoch_seconds(gpu: str, results: Path = RESULTS) -> dict[str, tuple
                 continue
             device = rec.get("device", device)
             model, secs = rec.get("trainer_model"), rec.get("cifar10_epoch_s")
-            if device and gpu.lower() in str(device).lower() and model and secs:
+            default = not rec.get("baseline") and rec.get("graph_mode") in (None, "off")  # what a run does by default
+            if device and gpu.lower() in str(device).lower() and model and secs and default:
                 out[model] = (float(secs), f"{device}: real Trainer, SSAT-MBI {model}, {secs:.1f} s per CIFAR-10 "
                                            f"epoch ({f.name})")
     return out
