@@ -84,6 +84,7 @@ def repro_record(cfg: Config, trainer: Trainer, meta: dict) -> dict:
         "driver": _driver_version() if cuda else None, "gpu": torch.cuda.get_device_name() if cuda else None,
         "gpu_share": meta.get("gpu", 0), "threads": torch.get_num_threads(), "split_hash": trainer.split.hash,
         "precision": trainer.precision, "channels_last": trainer.channels_last, "compile": cfg.system.compile,
+        "cudnn_benchmark": cfg.system.cudnn_benchmark, "graph_mode": trainer.graph_status,
         "teacher_run_id": meta.get("teacher_run_id"), "teacher_split_hash": getattr(trainer.teacher, "split_hash", None),
         # a user's data.pseudo_labels file without its .sha256 sidecar was loaded unverified: say so
         "teacher_verified": getattr(trainer.teacher, "verified", None),
@@ -146,14 +147,16 @@ def train_trial(config: dict) -> None:
     trainer = Trainer(cfg, work, log=log)
     log(f"trial {meta['trial_key']} on {socket.gethostname()} pid {os.getpid()}, threads {torch.get_num_threads()}")
     # every report carries the run record (docs/tracking.md), so a Ray results folder is read like MLflow
-    record = {"run_json": json.dumps(meta["record"].as_dict()),
-              "repro_json": json.dumps(repro_record(cfg, trainer, meta), default=str)}
+    repro = repro_record(cfg, trainer, meta)  # once: it hashes the data files
+    record = {"run_json": json.dumps(meta["record"].as_dict()), "repro_json": json.dumps(repro, default=str)}
     last = cfg.optim.epochs
     try:
         if trainer.epoch >= last:  # resumed after the last epoch: only the final report is missing
             _report({**trainer.history[-1], **_final(trainer, meta["stage"]), **record}, work)
             return
         for m in trainer.epochs():
+            # graph mode's outcome (captured, or eager with the reason) is known once a step has run
+            record["repro_json"] = json.dumps({**repro, "graph_mode": trainer.graph_status}, default=str)
             result = {**m, **record}
             if m["epoch"] == last:
                 result.update(_final(trainer, meta["stage"]))
