@@ -90,6 +90,18 @@ def test_a_row_may_name_its_own_preset():
     assert (by_row["rst"].optim.epochs, by_row["rst"].optim.lr_milestones, by_row["rst"].method.K) == (8, [5, 6, 7], 2)
 
 
+def test_an_unknown_row_preset_names_file_and_row():
+    with pytest.raises(SpecError) as err:
+        parse_spec(grid(grid=[{"row": "a"}, {"row": "b", "preset": "mnist5k-rts"}]), "specs/t1.yaml")
+    assert str(err.value).startswith("specs/t1.yaml: grid[1].preset: preset 'mnist5k-rts' is unknown")
+    # The spec's overrides fit its 100-epoch preset but not the row's 10-epoch one.
+    with pytest.raises(SpecError) as err:
+        parse_spec({**grid(grid=[{"row": "b", "preset": "mnist5k-rst"}]), "preset": "cifar10-ssat-mbi",
+                    "overrides": {"optim.lr_milestones": [20, 40, 80]}}, "specs/t1.yaml")
+    assert str(err.value) == ("specs/t1.yaml: grid[0].preset 'mnist5k-rst': optim.lr_milestones: [20, 40, 80]; "
+                              "allowed: epochs within 1..10")
+
+
 def test_a_bad_row_names_spec_row_and_field():
     with pytest.raises(SpecError) as err:
         parse_spec(grid(grid=[{"row": "ok", "set": {}}, {"row": "bad", "set": {"method.beta": 2}}]))
@@ -155,6 +167,12 @@ def test_epochs_argument_rescales_grid_trials_and_the_search_base():
     s = parse_spec(search(), epochs=20)
     assert s.base["optim"]["epochs"] == 20 and s.base["attack"]["t"] == 14
     assert s.config_for({"method.beta": 0.5}, 0).optim.lr_milestones == [12, 14, 18]
+
+
+def test_epochs_argument_of_one():
+    spec = parse_spec(grid(overrides={"optim.lr_milestones": [], "optim.lr_factors": []}), epochs=1)
+    cfg = spec.trials()[0].config
+    assert spec.rescale == 1 and (cfg.optim.epochs, cfg.attack.t) == (1, 1)
 
 
 @pytest.mark.parametrize("epochs", [0, -1, True, 2.5, "3"])
