@@ -123,7 +123,7 @@ def cmd_equivalence(args) -> dict:
 def cmd_worker(args) -> None:
     """One packed trial: warm up, wait for the common start, count steps for `seconds`."""
     tr = bench_trainer("ssat-mbi", args.model, precision=args.precision, channels_last=True, device=args.device,
-                       batch=args.batch)
+                       batch=args.batch, memory_fraction=args.memory_fraction)
     batch, sched, acc = fixed_batch(tr, args.batch), bench_schedule(tr), StepStats(tr.device, tr.cfg.method.K)
     sync = torch.cuda.synchronize if tr.device.type == "cuda" else (lambda: None)
     for _ in range(3):
@@ -136,7 +136,8 @@ def cmd_worker(args) -> None:
         tr.step(batch, sched, acc)
         n += 1
     sync()
-    print(json.dumps({"images_per_s": n * args.batch / (time.perf_counter() - t0)}), flush=True)
+    peak = torch.cuda.max_memory_allocated(tr.device) / 2**20 if tr.device.type == "cuda" else None
+    print(json.dumps({"images_per_s": n * args.batch / (time.perf_counter() - t0), "peak_mib": peak}), flush=True)
 
 
 def cmd_pack(args) -> list[dict]:
@@ -145,15 +146,19 @@ def cmd_pack(args) -> list[dict]:
         start_at = time.time() + args.startup
         procs = [subprocess.Popen([sys.executable, __file__, "worker", "--model", args.model, "--batch", str(args.batch),
                                    "--seconds", str(args.seconds), "--start-at", str(start_at), "--device", args.device,
-                                   "--precision", args.precision],
+                                   "--precision", args.precision]
+                                  + (["--memory-fraction", str(args.memory_fraction)] if args.memory_fraction else []),
                                   stdout=subprocess.PIPE, text=True) for _ in range(n)]
-        rates = []
+        rates, peaks = [], []
         for p in procs:
             stdout, _ = p.communicate(timeout=args.startup + args.seconds + 120)
             lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
             if lines:
-                rates.append(json.loads(lines[-1])["images_per_s"])
+                rec = json.loads(lines[-1])
+                rates.append(rec["images_per_s"])
+                peaks.append(rec.get("peak_mib"))
         r = {"packed_trials": n, "model": args.model, "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
+             "memory_fraction": args.memory_fraction, "per_trial_peak_mib": [p and round(p) for p in peaks],
              "per_trial_images_per_s": [round(x, 1) for x in rates],
              "total_images_per_s": round(sum(rates), 1), "finished": len(rates)}
         print(json.dumps(r), flush=True)
@@ -189,12 +194,14 @@ def main(argv=None) -> int:
     p.add_argument("--precision", default="bf16")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--startup", type=float, default=40.0, help="seconds allowed for imports and warm-up")
+    p.add_argument("--memory-fraction", type=float, default=None, help="each trial's CUDA memory cap (its share)")
     w = sub.add_parser("worker", parents=[common])
     w.add_argument("--model", default="wrn-28-2")
     w.add_argument("--batch", type=int, default=128)
     w.add_argument("--precision", default="bf16")
     w.add_argument("--seconds", type=float, default=20.0)
     w.add_argument("--start-at", type=float, required=True)
+    w.add_argument("--memory-fraction", type=float, default=None)
     args = ap.parse_args(argv)
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (not a GPU figure)"
     if args.cmd != "worker":

@@ -38,7 +38,8 @@ def predicted_units(method: str, steps: int = 10, K: int = 3) -> float:
 
 def bench_trainer(method: str, model_name: str, *, precision: str = "fp32", channels_last: bool = False,
                   compile_mode: str = "off", graph_mode: bool = False, device: str = "auto", batch: int = 128,
-                  threads: int | None = None, cudnn_benchmark: bool = True, root: Path | None = None) -> Trainer:
+                  threads: int | None = None, cudnn_benchmark: bool = True, root: Path | None = None,
+                  memory_fraction: float | None = None) -> Trainer:
     """A real Trainer whose step (Trainer.step, the one the epochs run) the benchmarks time. Fully labeled, so
     no teacher is needed: MNIST-5k (shipped) for cnn-small, else small synthetic CIFAR-10 files in `root`."""
     root = Path(root or tempfile.mkdtemp(prefix="ssat-bench-"))
@@ -51,7 +52,7 @@ def bench_trainer(method: str, model_name: str, *, precision: str = "fp32", chan
                      "optim": {"batch_size": batch},
                      "system": {"precision": precision, "channels_last": channels_last, "compile": compile_mode,
                                 "graph_mode": graph_mode, "device": device, "threads": threads,
-                                "cudnn_benchmark": cudnn_benchmark}})
+                                "cudnn_benchmark": cudnn_benchmark, "cuda_memory_fraction": memory_fraction}})
     return Trainer(cfg, root / "out", log=lambda s: None)
 
 

@@ -69,7 +69,8 @@ class Trainer:
             torch.set_num_threads(s.threads)
         self.device = resolve_device(s.device)
         if self.device.type == "cuda" and s.cuda_memory_fraction:
-            torch.cuda.set_per_process_memory_fraction(s.cuda_memory_fraction, self.device)
+            torch.cuda.set_per_process_memory_fraction(  # needs an index: "cuda" alone is refused
+                s.cuda_memory_fraction, self.device.index if self.device.index is not None else torch.cuda.current_device())
         seed_everything(cfg.seed)
         faults.set_context(cfg.seed, faults.run_key(cfg.config_hash(), cfg.seed))
         self.arrays, self.split = split_for(cfg)
