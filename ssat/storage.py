@@ -28,12 +28,9 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
+def sha256_file(path: str | os.PathLike) -> str:
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()  # read in blocks: dataset files are large
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

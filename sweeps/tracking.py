@@ -81,16 +81,15 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
             raise TrackingUnavailable(f"MLflow tracking server at {uri} cannot be reached ({exc}); start it, or "
                                       "pass --tracking-uri / MLFLOW_TRACKING_URI of a running one") from None
         return
-    try:
-        if uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        MlflowClient(uri).search_experiments(max_results=1)
+    try:  # a SQLite file's folders are made by MLflow
+        MlflowClient(uri).search_experiments()
     except Exception as exc:
         raise TrackingUnavailable(f"MLflow store {uri} cannot be used: {exc}") from None
 
 
 def flat_str(v: Any) -> str:
-    return "None" if v is None else str(v)
+    """The text MLflow keeps for a param or tag value (None -> "None")."""
+    return str(v)
 
 
 class Tracker:
@@ -159,8 +158,7 @@ class Tracker:
     def find_run(self, key: str) -> str | None:
         if key in self.runs:
             return self.runs[key]
-        found = self.client.search_runs([self.experiment_id], filter_string=f"tags.`ssat.key` = '{key}'",
-                                        max_results=5)
+        found = self.client.search_runs([self.experiment_id], filter_string=f"tags.`ssat.key` = '{key}'")
         if found:
             self.runs[key] = found[0].info.run_id
             return self.runs[key]
@@ -173,6 +171,7 @@ class Tracker:
                                          tags={"ssat.key": key, **{k: flat_str(v) for k, v in tags.items()}})
             rid = run.info.run_id
             if params:
+                # MLflow's limit; a store may refuse longer values (MLFLOW_TRUNCATE_LONG_VALUES=false)
                 self.client.log_batch(rid, params=[Param(k, flat_str(v)[:6000]) for k, v in params.items()])
             self.runs[key] = rid
         return rid
@@ -226,8 +225,7 @@ class Tracker:
             if op["step"] <= self._last_step(key, rid):
                 return  # already logged: a resumed or retried trial re-reports nothing twice
             ms = [Metric(k, float(v), op["ts"], op["step"]) for k, v in op["metrics"].items()]
-            for i in range(0, len(ms), 900):
-                self.client.log_batch(rid, metrics=ms[i: i + 900])
+            self.client.log_batch(rid, metrics=ms)  # split into batches of MLflow's limit by the client
             self.last_step[key] = op["step"]
         elif kind == "final":  # first write wins, for the numbers and the protocol records that go with them
             have = self.client.get_run(rid).data
@@ -271,7 +269,7 @@ class Tracker:
             self.journal.unlink(missing_ok=True)
         return True
 
-    def flush(self, timeout: float = 30.0, interval: float = 2.0) -> bool:
+    def flush(self, timeout: float, interval: float = 2.0) -> bool:
         """Retry until the queue is empty or `timeout` passes; then spool what is left to disk."""
         deadline = time.monotonic() + timeout
         while not self.drain(force=True) and time.monotonic() < deadline:

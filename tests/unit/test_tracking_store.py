@@ -137,19 +137,21 @@ def test_a_fresh_tracker_logs_the_first_epoch_of_a_run_without_metrics(store):
 
 
 # ---- each operation, as the store sees it ------------------------------------------------------------------
-def test_a_run_is_made_once_with_its_tags_params_and_name(tmp_path, store):
+def test_a_run_is_made_once_with_its_tags_params_and_name(tmp_path, store, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRUNCATE_LONG_VALUES", "false")  # a store that refuses a value past its limit
     root = tmp_path / "artifacts"
     t = Tracker(store, "exp", artifact_root=root, **QUIET)
     t.ensure_run("k1", {"ssat.kind": "trial", "ssat.row": None}, {"p": 1, "long": "x" * 7000, "none": None})
     t.ensure_run("k1", {"ssat.kind": "other"}, {"p": 2})  # found again by its key: nothing changes
     t.ensure_run("k2", {})
+    t.end("k2")
     client, run = _run(store)
     exp = client.get_experiment_by_name("exp")
     assert exp.artifact_location == root.resolve().as_uri()
     assert run.info.run_name == "k1" and run.data.tags["ssat.key"] == "k1"
     assert run.data.tags["ssat.kind"] == "trial" and run.data.tags["ssat.row"] == "None"
-    assert run.data.params == {"p": "1", "long": "x" * 6000, "none": "None"}  # MLflow keeps 6000 characters
-    assert _run(store, "k2")[1].data.params == {}
+    assert run.data.params == {"p": "1", "long": "x" * 6000, "none": "None"}  # cut to MLflow's limit
+    assert _run(store, "k2")[1].data.params == {} and _run(store, "k2")[1].info.status == "FINISHED"
     fresh = Tracker(store, "exp", **QUIET)  # another driver finds both by key in the store
     assert fresh.find_run("k1") == run.info.run_id and fresh.find_run("nope") is None
     assert fresh.experiment_id == exp.experiment_id
@@ -163,7 +165,7 @@ def test_tags_artifacts_finals_and_the_end_reach_the_run(tmp_path, store):
     t = Tracker(store, "exp", artifact_root=tmp_path / "artifacts", **QUIET)
     t.ensure_run("k1", {"ssat.status": "RUNNING"}, name="row-a")
     before = int(time.time() * 1000)
-    t.log_epoch("k1", {f"train/m{i:04d}": float(i) for i in range(950)}, 1)  # more than one batch of 900
+    t.log_epoch("k1", {f"train/m{i:04d}": float(i) for i in range(1001)}, 1)  # more than one MLflow batch
     t.log_final("k1", {"test/best/pgd20": 40}, {"protocol/best/pgd20": {"n": 4}}, 1)
     after = int(time.time() * 1000)
     t.set_tags("k1", {"ssat.status": "FAILED: boom", "x": None})
@@ -177,7 +179,7 @@ def test_tags_artifacts_finals_and_the_end_reach_the_run(tmp_path, store):
     assert run.data.tags["ssat.status"] == "FAILED: boom" and run.data.tags["x"] == "None"
     assert run.data.tags["protocol/best/pgd20"] == "{'n': 4}"
     assert {k: v for k, v in run.data.metrics.items() if k.startswith("train/")} == {
-        f"train/m{i:04d}": float(i) for i in range(950)}
+        f"train/m{i:04d}": float(i) for i in range(1001)}
     (final,) = client.get_metric_history(rid, "test/best/pgd20")
     (epoch,) = client.get_metric_history(rid, "train/m0000")
     assert (final.step, final.value, epoch.step) == (1, 40.0, 1)
@@ -212,15 +214,35 @@ def test_flush_spools_what_is_left_and_reports_it(tmp_path):
     spool = tmp_path / "sweep" / "tracking_spool.jsonl"
     t = Tracker(f"http://127.0.0.1:{free_port()}", "exp", spool=spool, log=lines.append)
     t.ensure_run("k1", {"ssat.kind": "trial"})
+    t.end("k1")
     journal = t.journal
-    assert journal.parent == spool.parent and json.loads(journal.read_text())["op"] == "ensure"
+    assert journal.parent == spool.parent and [json.loads(x)["op"] for x in journal.read_text().splitlines()] == [
+        "ensure", "end"]
     assert t.flush(timeout=0.5, interval=0.1) is False
     assert t.queue == [] and not journal.exists()
-    assert [json.loads(x)["key"] for x in spool.read_text().splitlines()] == ["k1"]
-    assert "1 operation(s) spooled to" in lines[-1] and "python -m sweeps sync" in lines[-1]
+    assert [json.loads(x)["op"] for x in spool.read_text().splitlines()] == ["ensure", "end"]
+    assert lines[-1] == (f"[tracking] 2 operation(s) spooled to {spool}; replay them with "
+                         "`python -m sweeps sync NAME` once the store is back")
     without = Tracker(f"http://127.0.0.1:{free_port()}", "exp", log=lines.append)
     without.ensure_run("k1", {})
     assert without.flush(timeout=0.1, interval=0.1) is False and len(without.queue) == 1  # nowhere to spool
+
+
+def test_flush_waits_for_the_store_and_returns_once_all_is_sent(store):
+    import threading
+    import time
+
+    t = Tracker(store, "exp", **QUIET)
+    t.log_epoch("late", {"val/pgd10": 0.25}, 1)  # its run is made by another writer a moment later
+    assert len(t.queue) == 1
+    other = threading.Timer(0.5, lambda: Tracker(store, "exp", **QUIET).ensure_run("late", {}))
+    other.start()
+    t0 = time.monotonic()
+    assert t.flush(timeout=20, interval=0.1) is True and t.queue == []
+    assert time.monotonic() - t0 < 10  # back as soon as it is sent, not at the timeout
+    other.join()
+    client, run = _run(store, "late")
+    assert _history(client, run.info.run_id, "val/pgd10") == [(1, 0.25)]
 
 
 # ---- helpers of the module ---------------------------------------------------------------------------------
@@ -233,9 +255,10 @@ def test_the_store_uri_and_its_check(tmp_path, store, monkeypatch):
     assert tracking.resolve_uri("http://given:5000", tmp_path) == "http://given:5000"
 
     tracking.check_reachable(store)  # a usable store: no error
-    away = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(tracking.TrackingUnavailable, match=rf"{away} cannot be reached .*--tracking-uri"):
-        tracking.check_reachable(away, timeout=2)
+    for away in (f"http://127.0.0.1:{free_port()}", f"https://127.0.0.1:{free_port()}"):
+        with pytest.raises(tracking.TrackingUnavailable, match=rf"MLflow tracking server at {away} cannot be reached "
+                           r"\(.*\); start it, or pass --tracking-uri / MLFLOW_TRACKING_URI of a running one$"):
+            tracking.check_reachable(away, timeout=2)
     (tmp_path / "a-file").write_text("")
     with pytest.raises(tracking.TrackingUnavailable, match=r"MLflow store sqlite:///.*a-file/x/mlflow\.db cannot be used"):
         tracking.check_reachable(f"sqlite:///{tmp_path / 'a-file' / 'x' / 'mlflow.db'}")
@@ -249,23 +272,48 @@ def test_check_reachable_asks_a_servers_health(tmp_path):
         code = 200
 
         def do_GET(self):  # noqa: N802 (http.server's name)
-            self.send_response(self.code if self.path == "/health" else 404)
+            asked.append(self.requestline)  # as sent (self.path has '//' folded)
+            self.send_response(self.code)
             self.end_headers()
 
         def log_message(self, *args):
             pass
 
+    asked = []
     server = http.server.HTTPServer(("127.0.0.1", 0), Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         tracking.check_reachable(url + "/")
         Health.code = 204
-        with pytest.raises(tracking.TrackingUnavailable, match=rf"MLflow server at {url}/? answered 204 on /health"):
+        with pytest.raises(tracking.TrackingUnavailable, match=rf"MLflow server at {url} answered 204 on /health"):
             tracking.check_reachable(url)
+        assert asked == ["GET /health HTTP/1.1"] * 2
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_check_reachable_gives_up_on_a_silent_server_after_its_timeout():
+    import socket
+    import threading
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        errors = []
+
+        def check():
+            try:
+                tracking.check_reachable(url, timeout=0.3)
+            except tracking.TrackingUnavailable as exc:
+                errors.append(str(exc))
+
+        worker = threading.Thread(target=check, daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        assert not worker.is_alive() and len(errors) == 1 and "timed out" in errors[0]
 
 
 def test_epoch_and_final_metrics_are_picked_by_prefix_and_type():
