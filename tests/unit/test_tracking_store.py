@@ -188,6 +188,16 @@ def test_tags_artifacts_finals_and_the_end_reach_the_run(tmp_path, store):
     assert [a.path for a in client.list_artifacts(rid, "configs")] == ["configs/config.json"]
 
 
+def test_a_run_ended_killed_is_reopened_running(store):
+    t = Tracker(store, "exp", **QUIET)
+    t.ensure_run("k1", {"ssat.status": "KILLED"})
+    t.end("k1", "KILLED")
+    assert _run(store)[1].info.status == "KILLED"
+    t.reopen("k1")  # the sweep resumes it
+    run = _run(store)[1]
+    assert run.info.status == "RUNNING" and run.data.tags["ssat.status"] == "RUNNING"
+
+
 def test_an_unreachable_store_keeps_operations_in_order_and_they_go_when_it_is_back(store, monkeypatch):
     lines = []
     t = Tracker(f"http://127.0.0.1:{free_port()}", "exp", log=lines.append)
