@@ -30,7 +30,7 @@ def sha256_bytes(data: bytes) -> str:
 
 def sha256_file(path: str | os.PathLike) -> str:
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()  # read in blocks: dataset files are large
+        return hashlib.file_digest(f, hashlib.sha256).hexdigest()  # read in blocks: dataset files are large
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

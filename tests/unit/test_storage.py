@@ -219,6 +219,15 @@ def test_a_users_probabilities_may_hold_zeros_and_become_finite_logits(tmp_path)
         _load_teacher(path, user_file=True)
 
 
+@pytest.mark.parametrize("logits, got", [([[0.0] * 10] * 5, "got list"), (torch.zeros(5), r"got torch\.Size\(\[5\]\)"),
+                                         (torch.zeros(5, 10, 1), r"got torch\.Size\(\[5, 10, 1\]\)")],
+                         ids=["list", "1-D", "3-D"])
+def test_logits_must_be_a_2d_tensor(tmp_path, logits, got):
+    torch.save({"logits": logits, "split_hash": "b" * 16}, tmp_path / "mine.pt")
+    with pytest.raises(PseudoLabelError, match=r"data\.pseudo_labels: .*mine\.pt: expected a 2-D tensor \(N, C\), " + got):
+        _load_teacher(tmp_path / "mine.pt", user_file=True)
+
+
 @pytest.mark.parametrize("obj", [["logits", "probs"], torch.zeros(5, 10)], ids=["list", "tensor"])
 def test_a_user_file_that_is_no_dict_is_refused(tmp_path, obj):
     torch.save(obj, tmp_path / "mine.pt")
