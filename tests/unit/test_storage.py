@@ -136,7 +136,8 @@ def test_a_torn_user_file_without_sidecar_is_refused(tmp_path):
         load_user_file(path)
 
 
-def test_a_pickled_custom_object_is_refused_and_its_code_never_runs(tmp_path):
+def test_a_pickled_custom_object_is_refused_and_its_code_never_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # torch's own default turned off: ours must hold
     marker = tmp_path / "ran"
     signed, plain = tmp_path / "signed.pt", tmp_path / "plain.pt"
     save_verified({"w": torch.zeros(1), "x": Payload(str(marker))}, signed)  # checksum fine: only pickle stops it
@@ -215,7 +216,8 @@ def test_a_users_probabilities_may_hold_zeros_and_become_finite_logits(tmp_path)
     torch.testing.assert_close(out.probabilities(), probs / probs.sum(1, keepdim=True), rtol=0, atol=1e-6)
     probs[1, 0] += 0.0016  # 1.002: not a probability row
     torch.save({"probs": probs, "split_hash": "b" * 16}, path)
-    with pytest.raises(PseudoLabelError, match=r"summing to 1 \(found sums 1\.0000\.\.1\.0020\)"):
+    with pytest.raises(PseudoLabelError, match=r"mine\.pt: rows must be probabilities summing to 1 "
+                                                r"\(found sums 1\.0000\.\.1\.0020\)"):
         _load_teacher(path, user_file=True)
 
 
