@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import pickle
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -103,9 +104,10 @@ def _check(path: Path, data: bytes) -> None:
 def _decode(path: Path, data: bytes, map_location) -> Any:
     try:
         return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:  # weights_only refuses any global it does not know: no code runs
-        why = next((ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln), str(exc))
-        raise CorruptFileError(f"{path}: refused: it holds a pickled Python object ({why}); only tensors, "
-                               "numbers, strings and lists/tuples/dicts of them are loaded") from None
+    except pickle.UnpicklingError as exc:  # weights_only refuses any global or opcode it does not know: no code runs
+        found = re.search(r"unsupported GLOBAL (\S+)", str(exc))
+        what = f" ({found.group(1)})" if found else ""
+        raise CorruptFileError(f"{path}: refused: its pickle holds more than weights-only loading allows{what}; "
+                               "only tensors, numbers, strings and lists/tuples/dicts of them are loaded") from None
     except Exception as exc:  # torch raises several types for a truncated or foreign file
         raise CorruptFileError(f"{path}: cannot be read as a checkpoint ({type(exc).__name__}: {exc})") from None
