@@ -201,10 +201,11 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
             for stage in (PHASES_SEARCH if spec.search else PHASES_GRID):
                 if state.phases.get(stage) == "done":
                     continue
-                if not _run_stage(stage, spec, paths, state, tracker, meta, interrupt, resume, rerun_failed, log):
-                    return _incomplete(paths, state, tracker, parent, stage, interrupt.requested, log)
+                why = _run_stage(stage, spec, paths, state, tracker, meta, interrupt, resume, rerun_failed, log)
+                if why is not None:
+                    return _incomplete(paths, state, tracker, parent, stage, why, interrupt.requested, log)
     except KeyboardInterrupt:
-        return _incomplete(paths, state, tracker, parent, stage, True, log)
+        return _incomplete(paths, state, tracker, parent, stage, "", True, log)
     tracker.set_tags(parent, {"ssat.status": "FINISHED"})
     tracker.end(parent, "FINISHED")
     tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
@@ -215,8 +216,8 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
 
 
 def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker: Tracker, meta: dict,
-               interrupt: Interrupt, resume: bool, rerun_failed: bool, log: Log) -> bool:
-    """One Tune stage; True when it is complete (the sweep may go on to the next stage)."""
+               interrupt: Interrupt, resume: bool, rerun_failed: bool, log: Log) -> str | None:
+    """One Tune stage; None when it is complete (the sweep may go on to the next stage), else why it is not."""
     state.phases[stage] = "running"
     state.save(paths)
     t1 = time.perf_counter()
@@ -242,26 +243,26 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
                 tracker.set_tags(t.key, {"ssat.status": f"KILLED: interrupted (Ctrl+C) in epoch {t.last_epoch + 1}; "
                                                         f"resume with: {resume_command(paths)}"})
                 tracker.end(t.key, "KILLED")
-        return False
+        return ""
     if not out.complete:
         for p in out.problems:
             log(f"  not finished: {p}")
-        return False
+        return f"finished {out.done}/{expected} trials"
     if stage == "search":
         state.confirm_configs = top_configs(out.finished, spec)
         if not state.confirm_configs:
             log("  no search trial ran its full epochs: nothing to confirm")
-            return False
+            return "had no trial that ran its full epochs"
         log(f"[confirm] re-running the top {len(state.confirm_configs)} configuration(s) with seeds "
             f"{spec.search['confirm']['seeds']}: {json.dumps(state.confirm_configs)}")
     state.phases[stage] = "done"
     state.save(paths)
-    return True
+    return None
 
 
-def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, interrupted: bool,
-                log: Log) -> int:
-    why = "interrupted (Ctrl+C)" if interrupted else "trials did not finish"
+def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, why: str,
+                interrupted: bool, log: Log) -> int:
+    why = "interrupted (Ctrl+C)" if interrupted else why
     if interrupted:
         tracker.set_tags(parent, {"ssat.status": f"KILLED: interrupted (Ctrl+C) in stage {stage}"})
         tracker.end(parent, "KILLED")

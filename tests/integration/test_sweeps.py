@@ -59,7 +59,7 @@ def test_four_quarter_gpu_trials_share_one_gpu_and_a_fifth_waits(ray_local, teac
         assert got["train/loss"][m["epoch"] - 1][1] == pytest.approx(m["train/loss"], abs=1e-9)
 
 
-def test_faults_are_survived_and_nothing_is_lost(ray_local, teacher_dir, tmp_path, monkeypatch):
+def test_faults_are_survived_and_nothing_is_lost(ray_local, teacher_dir, tmp_path, monkeypatch, capfd):
     rows = [{"row": "lin|on", "set": {"attack.schedule": "linear", "attack.t": 2}}]
     base = write_spec(tmp_path / "base.yaml", "nofault", epochs=3, seeds=[0, 1], rows=rows)
     assert _run(["run", str(base), "--workdir", str(tmp_path)]) == 0
@@ -69,6 +69,9 @@ def test_faults_are_survived_and_nothing_is_lost(ray_local, teacher_dir, tmp_pat
     monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(once))
     rc = _run(["run", str(faulty), "--workdir", str(tmp_path), "--max-failures", "2"])
     assert rc == 1  # the diverged trial makes the sweep incomplete, and it says so
+    out = capfd.readouterr().out
+    assert "sweep faults is INCOMPLETE: stage grid finished 2/3 trials. Resume with:" in out, out[-3000:]
+    assert "(add --rerun-failed to re-run failed trials)" in out
     assert len(list(once.iterdir())) == 3  # all three faults fired
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     ref = {r.data.tags["ssat.seed"]: r for r in trial_runs(uri, "nofault")}

@@ -283,7 +283,7 @@ def check_sweep_survived_node_faults(context: dict) -> None:
     out = context["job_output"]  # the resume job's output
     assert context["killed_driver_job_rc"] != 0, "the first job was not ended by the driver's SIGKILL"
     # The diverged trial is the only one not finished, and the sweep says so (exit 1, resume command).
-    assert "sweep slow-node-faults is INCOMPLETE (2/3 trials of phase grid finished)" in out, out[-3000:]
+    assert "sweep slow-node-faults is INCOMPLETE: stage grid finished 2/3 trials. Resume with:" in out, out[-3000:]
     # (`ray job submit` may print a stretch of the job's log twice: count distinct lines.)
     not_finished = sorted(set(re.findall(r"^  not finished: (.*)$", out, flags=re.M)))
     assert len(not_finished) == 1 and "loss became nan or infinite at epoch 2" in not_finished[0], not_finished
