@@ -48,6 +48,7 @@ class Options:
     any_tag: bool = False
     alpha: float = 0.05
     compare_paper: bool = False
+    setup: str = ""   # appended to the caption: the choices of a run sized for its machine (the demo's)
 
     def protocol(self) -> protocol.Protocol:
         return protocol.Protocol(checkpoint=self.checkpoint, precision=self.precision,

@@ -148,7 +148,7 @@ def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def pareto_figure(df_runs: pd.DataFrame, x: str = "val/clean", y: str = "val/pgd10",
                   stages: tuple[str, ...] | None = None, **_) -> Figure:
     """Clean versus robust accuracy of every trial of a search, the non-dominated ones joined."""
-    runs = _trials(df_runs, stages)
+    runs = trial_runs(df_runs, stages)
     cols = [f"metric.{x}", f"metric.{y}"]
     missing = [c for c in cols if c not in runs]
     if missing:
@@ -171,7 +171,7 @@ def pareto_figure(df_runs: pd.DataFrame, x: str = "val/clean", y: str = "val/pgd
     return fig
 
 
-def _trials(df_runs: pd.DataFrame, stages=None) -> pd.DataFrame:
+def trial_runs(df_runs: pd.DataFrame, stages=None) -> pd.DataFrame:
     kind = df_runs.get("meta.kind", pd.Series("trial", index=df_runs.index)).fillna("trial")
     runs = df_runs[kind == "trial"]
     if stages:
@@ -205,7 +205,7 @@ def _seed_stats(hist: pd.DataFrame, run_ids, key: str) -> pd.DataFrame:
 
 def _configs(df_runs: pd.DataFrame, df_hist: pd.DataFrame, key: str, stages=None) -> dict[str, list]:
     """label -> run ids, for trial runs that have history of `key` (at most MAX_CONFIGS, most seeds first)."""
-    runs = _trials(df_runs, stages)
+    runs = trial_runs(df_runs, stages)
     runs = runs[runs["run_id"].isin(df_hist.loc[df_hist["key"] == key, "run_id"])]
     if runs.empty:
         raise ValueError(f"no trial run has a per-epoch history of {key}")
@@ -222,10 +222,11 @@ def _history_statement(df_runs: pd.DataFrame, configs: dict[str, list], what) ->
 
 
 def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_) -> Figure:
-    """val/clean and val/pgd10 per epoch (mean +- std over seeds); eps_max, rho and lr below."""
+    """val/clean and val/pgd10 per epoch (mean +- std over seeds); the training loss (the method's objective),
+    eps_max, rho and lr below: a configuration that does not train shows it here."""
     configs = _configs(df_runs, df_hist, "val/pgd10", stages)
     fig = _figure("curves")
-    axes = fig.subplots(4, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1, 1, 1]})
+    axes = fig.subplots(5, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.5, 1, 1, 1]})
     for i, (label, ids) in enumerate(configs.items()):
         for key, style in (("val/clean", "--"), ("val/pgd10", "-")):
             s = _seed_stats(df_hist, ids, key)
@@ -233,7 +234,7 @@ def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_
             if len(ids) >= 2:  # one seed has no spread to show
                 axes[0].fill_between(s.index, s["mean"] - s["std"], s["mean"] + s["std"], color=f"C{i}",
                                      alpha=0.15)
-        for ax, key in zip(axes[1:], ("sched/eps_max", "sched/rho", "sched/lr")):
+        for ax, key in zip(axes[1:], ("train/loss", "sched/eps_max", "sched/rho", "sched/lr")):
             s = _seed_stats(df_hist, ids, key)
             ax.plot(s.index, s["mean"], color=f"C{i}")
             ax.set_ylabel(key.split("/")[1])

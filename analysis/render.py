@@ -107,7 +107,8 @@ def _grid(result: TableResult, group: str) -> list[list[list[Text]]]:
 
 def _title(result: TableResult) -> str:
     spec = result.spec
-    return f"{spec.caption} (ours; {spec.paper} of the paper, table '{spec.name}')"
+    setup = f". {result.options.setup}" if result.options.setup else ""
+    return f"{spec.caption} (ours; {spec.paper} of the paper, table '{spec.name}'){setup}"
 
 
 # ---- Markdown --------------------------------------------------------------------------------

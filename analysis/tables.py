@@ -111,13 +111,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the table here and its provenance beside it (default: stdout)")
     p.add_argument("--compare-paper", action="store_true", help="the paper's value beside each cell")
     p.add_argument("--allow-subset", action="store_true",
-                   help="admit results on a test subset (e.g. the demo's first200 AutoAttack), marked §")
+                   help="admit results on a test subset (e.g. the demo's first100 AutoAttack), marked §")
     p.add_argument("--checkpoint", default="best", choices=CHECKPOINTS)
     p.add_argument("--any-tag", action="store_true",
                    help="read every run whose params fit the table, not only runs tagged ssat.table=T")
     p.add_argument("--stage", action="append", default=None,
                    help="only these stages (repeatable; default: every stage but search)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Welch mark")
+    p.add_argument("--setup", default="", help="a sentence added to the caption (what a small run chose)")
     return p
 
 
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = collect.load_runs(args.experiment, args.ray_results, args.tracking_uri)
         result = build_table(runs, args.table, checkpoint=args.checkpoint, allow_subset=args.allow_subset,
                              stages=args.stage, any_tag=args.any_tag, alpha=args.alpha,
-                             compare_paper=args.compare_paper)
+                             compare_paper=args.compare_paper, setup=args.setup)
     except (ValueError, LookupError) as e:  # TableError, SourceError
         print(f"error: {e}", file=sys.stderr)
         return 2

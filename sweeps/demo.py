@@ -2,7 +2,7 @@
 paper's Table 2 ablation in small form on a local Ray cluster (two trials at a time), log everything to the
 embedded MLflow store, then regenerate the ablation table (mean (std) over seeds) and its plot.
 
-The AutoAttack column runs on the first 200 test images; those results are tagged `first200` and shown
+The AutoAttack column runs on the first 100 test images; those results are tagged `first100` and shown
 labelled as such, never as a paper cell.
 """
 from __future__ import annotations
@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from ssat.config import parse_overrides
+from ssat.config import Config, parse_overrides
+from ssat.datasets import DATASET_INFO
 
 from .driver import RunArgs, SweepState, resume_sweep, run_sweep
 from .paths import sweep_paths
@@ -33,18 +34,43 @@ def _sweep(args, name: str) -> int:
     return run_sweep(args.spec, run, workdir=args.workdir)
 
 
-def analyse(name: str, uri: str, out: Path) -> dict[str, Path]:
-    """The ablation table (md, LaTeX, csv, provenance), its bar plot and the learning curves."""
+def setup_text(cfg: Config) -> str:
+    """The choices that size the demo for 2 CPU cores, read from a trial's config: the table's caption says them."""
+    o, a, d, e = cfg.optim, cfg.attack, cfg.data, cfg.eval
+    _, _, _, default_labeled, default_val, _ = DATASET_INFO[d.dataset]
+    labeled, val = d.n_labeled or default_labeled, d.n_val or default_val
+    start = 1 if o.lr_decay_after_milestone else 0
+    decay = ", ".join(f"x{f:g} from epoch {m + start}" for m, f in zip(o.lr_milestones, o.lr_factors))
+    aa_seeds = "every seed" if e.autoattack_seeds is None else "seed " + ", ".join(map(str, e.autoattack_seeds))
+    return (f"CPU-sized setup: model {cfg.model.name}; {o.epochs} epochs of SGD (lr {o.lr:g}, {decay}; "
+            f"batch {o.batch_size}); training PGD-{a.steps} (step {a.step_ratio:g} eps_max); "
+            f"{labeled} labeled + {f'{d.n_unlabeled:,}' if d.n_unlabeled else 'all other'} pseudo-labeled images; validation {val} images; "
+            f"test: {f'the first {e.test_n:,}' if e.test_n else 'all'} test images ({', '.join(e.checkpoints)} "
+            f"checkpoint); "
+            f"AutoAttack: the first {e.autoattack_n} test images, {aa_seeds}'s "
+            f"{'/'.join(e.autoattack_checkpoints)} checkpoint")
+
+
+def analyse(name: str, uri: str, out: Path, setup: str = "") -> dict[str, Path]:
+    """The ablation table (md, LaTeX, csv, provenance) with `setup` in its caption, its bar plot, the learning
+    curves and the convergence report (a row that does not converge is reported, with its curve)."""
     from analysis.collect import load_mlflow_history, load_mlflow_runs
+    from analysis.convergence import convergence_frame, to_markdown, verdicts
     from analysis.plots import plot_figure
     from analysis.tables import render_table, write_table
 
     runs = load_mlflow_runs([name], uri)
-    files = write_table(runs, "ablation", out, allow_subset=True, stages=("demo",),
-                        command=["python", "-m", "sweeps", "demo"])
-    print(render_table(runs, "ablation", "md", allow_subset=True, stages=("demo",)))
+    options = {"allow_subset": True, "stages": ("demo",), "setup": setup}
+    files = write_table(runs, "ablation", out, command=["python", "-m", "sweeps", "demo"], **options)
+    print(render_table(runs, "ablation", "md", **options))
     files["plot"] = plot_figure(runs, None, "ablation", out / "ablation.png", allow_subset=True, stages=("demo",))
-    files["curves"] = plot_figure(runs, load_mlflow_history(runs, uri), "curves", out / "curves.png", stages=("demo",))
+    history = load_mlflow_history(runs, uri)
+    files["curves"] = plot_figure(runs, history, "curves", out / "curves.png", stages=("demo",))
+    frame = convergence_frame(runs, history, stages=("demo",))
+    files["convergence"] = out / "convergence.md"
+    files["convergence"].write_text(to_markdown(frame))
+    for v in verdicts(frame).itertuples():
+        print(f"[convergence] {v.row}: {v.verdict}" + (f" ({v.why})" if v.why else ""))
     return files
 
 
@@ -59,10 +85,11 @@ def run_demo(args) -> int:
         return rc
     t1 = time.perf_counter()
     paths = sweep_paths(args.workdir, name)
-    uri = SweepState.load(paths).tracking_uri
-    files = analyse(name, uri, Path(args.workdir) / "outputs" / name)
+    state = SweepState.load(paths)
+    uri = state.tracking_uri
+    files = analyse(name, uri, Path(args.workdir) / "outputs" / name, setup_text(state.spec().trials()[0].config))
     print(f"[stage] analysis: {time.perf_counter() - t1:.1f} s")
-    for kind in ("md", "latex", "csv", "provenance", "plot", "curves"):
+    for kind in ("md", "latex", "csv", "provenance", "plot", "curves", "convergence"):
         print(f"  {kind:10s} {files[kind]}")
     print(f"[demo] total {time.perf_counter() - t0:.1f} s. Browse the runs with:\n"
           f"  {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000\n"

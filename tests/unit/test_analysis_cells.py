@@ -255,6 +255,19 @@ def test_mnist_eps_follows_the_dataset_param():
     assert cell(res, "none|no-int", "pgd20")["values"] == [60.0, 61.0]
 
 
+def test_a_setup_sentence_ends_the_caption_in_every_format():
+    recs = [run({"clean": 90.0 + i}, seed=i, dataset="mnist5k", model="cnn-small", **abl("Cur.", True))
+            for i in range(2)]
+    caption = ("Ablation study of SSAT-MBI (Glo.: global epsilon scheduling, Int.: interpolated adversarial "
+               "examples) (ours; Table 2 of the paper, table 'ablation')")
+    title = f"**{caption}**"
+    assert render_table(frame(*recs), "ablation", "md").splitlines()[0] == title
+    md = render_table(frame(*recs), "ablation", "md", setup="CPU-sized setup: model m")
+    assert md.splitlines()[0] == title[:-2] + ". CPU-sized setup: model m**"
+    tex = render_table(frame(*recs), "ablation", "latex", setup="CPU-sized setup: model m")
+    assert r"\caption{" + caption + ". CPU-sized setup: model m}" in tex
+
+
 def test_subset_results_are_left_out_or_labelled():
     recs = [run({"clean": 90.0 + i, "autoattack": 40.0 + i}, seed=i, dataset="mnist5k", model="cnn-small",
                 **abl("Cur.", True), protocols={"autoattack": proto("autoattack", eps=0.3, n=200, subset="first200")})

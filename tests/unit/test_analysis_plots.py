@@ -168,7 +168,8 @@ def curves_data():
     rows = []
     for i, run_id in enumerate(runs["run_id"]):
         for step in range(1, 6):
-            vals = {"val/clean": 50 + step + i, "val/pgd10": 30 + step, "sched/eps_max": step / 255,
+            vals = {"val/clean": 50 + step + i, "val/pgd10": 30 + step, "train/loss": 2.3 - step / 10 - i / 100,
+                    "sched/eps_max": step / 255,
                     "sched/rho": 0.05, "sched/lr": 0.1, "adv/alpha_mean": 0.5 + step / 20,
                     "adv/alpha_min_share": 0.1, "adv/alpha_one_share": 0.2 + step / 50}
             rows += [{"run_id": run_id, "key": k, "step": step, "value": v} for k, v in vals.items()]
@@ -178,7 +179,8 @@ def curves_data():
 def test_curves_figure(curves_data, tmp_path):
     runs, hist = curves_data
     fig = build_figure(runs, hist, "curves")
-    assert series(fig) == [4, 2, 2, 2]  # 2 configs x (clean, pgd10) above; eps_max, rho, lr per config below
+    # 2 configs x (clean, pgd10) above; the training loss, eps_max, rho, lr per config below
+    assert series(fig) == [4, 2, 2, 2, 2]
     top = fig.axes[0].get_lines()
     mean_clean = [l for l in top if l.get_label() == "none|int val/clean"][0].get_ydata()
     expected = [np.mean([50 + s + i for i in range(3)]) for s in range(1, 6)]
@@ -188,9 +190,13 @@ def test_curves_figure(curves_data, tmp_path):
     assert clean_band == {s: pytest.approx((51 + s - 1, 51 + s + 1)) for s in range(1, 6)}
     pgd_band = band(fig.axes[0].collections[[ln.get_label() for ln in top].index("none|int val/pgd10")])
     assert pgd_band == {s: pytest.approx((30 + s, 30 + s)) for s in range(1, 6)}  # equal seeds: no spread
-    eps_lines = fig.axes[1].get_lines()
+    cur, none = fig.axes[1].get_lines()  # Cur.|int (runs 3-5) first; the mean of 2.3 - s/10 - i/100 over i
+    assert fig.axes[1].get_ylabel() == "loss"
+    assert list(cur.get_ydata()) == pytest.approx([2.3 - s / 10 - 0.04 for s in range(1, 6)])
+    assert list(none.get_ydata()) == pytest.approx([2.3 - s / 10 - 0.01 for s in range(1, 6)])
+    eps_lines = fig.axes[2].get_lines()
     assert all(list(ln.get_ydata()) == pytest.approx([s / 255 for s in range(1, 6)]) for ln in eps_lines)
-    assert [list(ln.get_ydata()) for ln in fig.axes[3].get_lines()] == [pytest.approx([0.1] * 5)] * 2
+    assert [list(ln.get_ydata()) for ln in fig.axes[4].get_lines()] == [pytest.approx([0.1] * 5)] * 2
     assert png_size(plot_figure(runs, hist, "curves", tmp_path / "c.png")) == expected_size("curves")
 
 
