@@ -36,7 +36,11 @@ DOC = ROOT / "tests" / "MUTATION.md"
 SOURCE_PATHS = ("ssat", "sweeps", "analysis")  # = [tool.mutmut] source_paths
 UNIT = "tests/unit"
 
-# Big modules run a fixed sample: the same mutants every run while the code stands still.
+# `make mutation` without MODULE: the modules with a score target, in full, and the big ones sampled.
+TARGETS = ("ssat/attacks.py", "ssat/interpolation.py", "ssat/losses.py", "ssat/schedules.py", "ssat/storage.py",
+           "ssat/pseudo_labels.py", "sweeps/tracking.py", "sweeps/spec.py", "sweeps/space.py")
+# Big modules run a fixed sample: the same mutants every run while the code stands still. In the default run a
+# pattern of several modules (analysis/*.py) is one pool: SAMPLE_SIZE mutants drawn across its modules.
 SAMPLED = ("ssat/train.py", "ssat/teacher.py", "ssat/config.py", "ssat/datasets.py", "analysis/*.py")
 SAMPLE_SIZE = 200
 SAMPLE_SEED = 13
@@ -51,6 +55,11 @@ SPINNER = re.compile(r"^[\u2800-\u28ff] ")
 def all_modules() -> list[str]:
     """Every mutatable source file, as a repo-relative path (ssat/schedules.py)."""
     return sorted(p.relative_to(ROOT).as_posix() for src in SOURCE_PATHS for p in (ROOT / src).rglob("*.py"))
+
+
+def default_modules() -> list[str]:
+    """What `make mutation` runs without MODULE: TARGETS and the SAMPLED modules."""
+    return [m for m in all_modules() if m in TARGETS or is_sampled(m)]
 
 
 def resolve_module(arg: str) -> str:
@@ -71,6 +80,11 @@ def dotted(module: str) -> str:
 
 def is_sampled(module: str) -> bool:
     return any(fnmatch.fnmatch(module, pattern) for pattern in SAMPLED)
+
+
+def pool_of(module: str) -> str | None:
+    """The SAMPLED pattern of several modules that `module` belongs to (analysis/*.py), else None."""
+    return next((p for p in SAMPLED if "*" in p and fnmatch.fnmatch(module, p)), None)
 
 
 def by_number(name: str) -> tuple[str, int]:
@@ -102,13 +116,18 @@ def forget_results(module: str, run: list[str]) -> None:
     meta.write_text(json.dumps(data, indent=4))
 
 
-def select_mutants(module: str, names: list[str], full: bool) -> list[str]:
-    """All of a module's mutants, or for a big module the SAMPLE_SIZE whose seeded hash sorts first:
-    the same sample every run, and an edit elsewhere in the module does not redraw it."""
-    if full or not is_sampled(module) or len(names) <= SAMPLE_SIZE:
-        return names
+def draw(names: list[str]) -> list[str]:
+    """The SAMPLE_SIZE names whose seeded hash sorts first: the same sample every run, and an edit elsewhere
+    does not redraw it."""
     drawn = sorted(names, key=lambda n: hashlib.sha256(f"{SAMPLE_SEED}:{n}".encode()).hexdigest())[:SAMPLE_SIZE]
     return sorted(drawn, key=by_number)
+
+
+def select_mutants(module: str, names: list[str], full: bool) -> list[str]:
+    """All of a module's mutants, or for a big module its sample."""
+    if full or not is_sampled(module) or len(names) <= SAMPLE_SIZE:
+        return names
+    return draw(names)
 
 
 def listed_equivalents(doc: Path = DOC) -> dict[str, str]:
@@ -189,6 +208,19 @@ def score_module(module: str, run: list[str], codes: dict[str, int | None], equi
                  seconds=round(seconds, 1), sampled=sampled,
                  unchecked=sum(status[n] == "not checked" for n in run),
                  survivors=[f"{n}: {status[n]}" for n in survivors], problems=problems)
+
+
+def pool_scores(scores: list[Score]) -> list[Score]:
+    """One more line per multi-module SAMPLED pattern in the run: its modules' mutants added up."""
+    out = []
+    for pattern in dict.fromkeys(pool_of(s.module) for s in scores if pool_of(s.module)):
+        part = [s for s in scores if pool_of(s.module) == pattern]
+        n, killed, eq = (sum(getattr(s, k) for s in part) for k in ("mutants", "killed", "equivalents"))
+        out.append(Score(module=pattern, mutants=n, killed=killed, survived=sum(s.survived for s in part),
+                         equivalents=eq, score=round(100.0 * killed / (n - eq), 1) if n > eq else None,
+                         seconds=round(sum(s.seconds for s in part), 1), sampled=any(s.sampled for s in part),
+                         unchecked=sum(s.unchecked for s in part)))
+    return out
 
 
 def table(scores: list[Score]) -> str:
@@ -395,14 +427,25 @@ def child_seconds(log_path: Path) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in done.finditer(text)}
 
 
-def plan(modules: list[str], full: bool) -> tuple[dict[str, list[str]], list[str]]:
-    """Module -> the mutants to run, and mutmut's selectors: `module.*` for a whole module, names for a sample."""
+def plan(modules: list[str], full: bool, pooled: bool = False) -> tuple[dict[str, list[str]], list[str]]:
+    """Module -> the mutants to run, and mutmut's selectors: `module.*` for a whole module, names for a sample.
+    pooled: the modules of a multi-module SAMPLED pattern share one sample (the default run)."""
+    pools: dict[str, set[str]] = {}
+    if pooled and not full:
+        for module in modules:
+            if pool_of(module):
+                pools.setdefault(pool_of(module), set()).update(mutant_names(module))
+        pools = {p: set(draw(sorted(names))) for p, names in pools.items()}
     runs, selectors = {}, []
     for module in modules:
         names = mutant_names(module)
         if not names:
             continue  # nothing mutmut can mutate here (MUTATION.md)
-        runs[module] = select_mutants(module, names, full)
+        pool = pools.get(pool_of(module))
+        runs[module] = [n for n in names if n in pool] if pool is not None else select_mutants(module, names, full)
+        if not runs[module]:
+            del runs[module]
+            continue
         sampled = len(runs[module]) < len(names)
         selectors += runs[module] if sampled else [f"{dotted(module)}.*"]
         print(f"{module}: {len(runs[module])} of {len(names)} mutants{' (sample)' if sampled else ''}", flush=True)
@@ -424,7 +467,9 @@ def report(scores: list[Score], workers: int, wall: float, total: float) -> None
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.split("\n")[0])
-    ap.add_argument("modules", nargs="*", metavar="MODULE", help="ssat/schedules.py or ssat.schedules; none: all")
+    ap.add_argument("modules", nargs="*", metavar="MODULE",
+                    help="ssat/schedules.py or ssat.schedules; none: the modules with a target and the sampled ones")
+    ap.add_argument("--all-modules", action="store_true", help="every module of the source paths (hours)")
     ap.add_argument("--full", action="store_true", help=f"all mutants of the big modules too (default: a "
                                                         f"{SAMPLE_SIZE}-mutant sample, seed {SAMPLE_SEED})")
     ap.add_argument("--budget", type=float, default=3600.0,
@@ -433,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unreachable", action="store_true",
                     help="list the decorated functions and module-level lambdas that mutmut skips, and stop")
     args = ap.parse_args(argv)
-    modules = [resolve_module(m) for m in args.modules] or all_modules()
+    modules = [resolve_module(m) for m in args.modules] or (all_modules() if args.all_modules else default_modules())
     if args.unreachable:
         print("\n".join(line for m in modules for line in unreachable(m)))
         return 0
@@ -445,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         print("generating mutants (files changed since the last run) ...", flush=True)
         generate(args.max_children, log)
         print(f"test stats: {refresh_stats(now)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
-        runs, selectors = plan(modules, args.full)
+        runs, selectors = plan(modules, args.full, pooled=not args.modules)
         if not runs:
             raise SystemExit(f"no mutants in {', '.join(modules)} (MUTATION.md: what mutmut cannot reach)")
         for module, run in runs.items():
@@ -464,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
                                seconds=sum(durations.get(n, 0.0) for n in run) / args.max_children,
                                sampled=len(run) < len(mutant_names(module)))
                   for module, run in runs.items()]
+        scores += pool_scores(scores)
         save_scores(scores)
     report(scores, args.max_children, wall, time.perf_counter() - t0)
     return 1 if any(s.problems for s in scores) else 0

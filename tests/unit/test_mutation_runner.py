@@ -1,0 +1,82 @@
+"""tests/mutation.py's choices, on mutant lists written here: what `make mutation` runs without MODULE, the seeded
+samples (fixed, and one pool for analysis/*), and the score arithmetic (equivalents capped at 5%)."""
+import json
+
+import pytest
+
+from tests import mutation as mu
+
+
+@pytest.fixture
+def meta(tmp_path, monkeypatch):
+    """Write mutmut state files: {module: number of mutants of its one function f}."""
+    monkeypatch.setattr(mu, "MUTANTS", tmp_path)
+
+    def write(counts):
+        for module, n in counts.items():
+            path = tmp_path / (module + ".meta")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            keys = {f"{mu.dotted(module)}.x_f__mutmut_{i}": None for i in range(1, n + 1)}
+            path.write_text(json.dumps({"exit_code_by_key": keys}))
+    return write
+
+
+def test_the_default_run_is_the_issue_scope():
+    mods = mu.default_modules()
+    assert set(mu.TARGETS) <= set(mods)
+    assert {"ssat/train.py", "ssat/teacher.py", "ssat/config.py", "ssat/datasets.py"} <= set(mods)
+    assert "analysis/tables.py" in mods and "analysis/plots.py" in mods
+    assert "sweeps/driver.py" not in mods and "ssat/models.py" not in mods  # --all-modules or MODULE= runs them
+    assert set(mods) < set(mu.all_modules())
+
+
+def test_a_sample_is_fixed_by_the_seed_and_keeps_its_draws_when_others_change():
+    names = [f"ssat.train.x_f__mutmut_{i}" for i in range(1, 501)]
+    first = mu.draw(names)
+    assert len(first) == mu.SAMPLE_SIZE == 200 and first == mu.draw(list(reversed(names)))
+    others = [f"ssat.train.x_g__mutmut_{i}" for i in range(1, 101)]
+    again = mu.draw(names + others)
+    # adding another function's mutants can only push some of f's draws out, never draw new ones of f
+    assert {n for n in again if "x_f_" in n} <= set(first)
+    assert mu.select_mutants("ssat/train.py", names, full=False) == first
+    assert mu.select_mutants("ssat/train.py", names, full=True) == names
+    assert mu.select_mutants("ssat/losses.py", names, full=False) == names  # a target runs in full
+
+
+def test_analysis_is_one_pool_in_the_default_run_and_per_module_when_named(meta):
+    meta({"analysis/tables.py": 300, "analysis/plots.py": 100, "ssat/losses.py": 7, "ssat/train.py": 250})
+    mods = ["analysis/plots.py", "analysis/tables.py", "ssat/losses.py", "ssat/train.py"]
+    runs, selectors = mu.plan(mods, full=False, pooled=True)
+    assert len(runs["analysis/tables.py"]) + len(runs["analysis/plots.py"]) == 200
+    assert len(runs["ssat/train.py"]) == 200 and len(runs["ssat/losses.py"]) == 7
+    assert "ssat.losses.*" in selectors and "ssat.train.*" not in selectors  # a sample is named one by one
+    alone, _ = mu.plan(["analysis/tables.py"], full=False)
+    assert len(alone["analysis/tables.py"]) == 200
+    assert set(runs["analysis/tables.py"]) <= set(mu.mutant_names("analysis/tables.py"))
+
+
+def score(module, killed, survived, equivalents=0):
+    return mu.Score(module=module, mutants=killed + survived + equivalents, killed=killed, survived=survived,
+                    equivalents=equivalents, score=None, seconds=10.0, sampled=True)
+
+
+def test_the_pool_line_adds_its_modules_up():
+    lines = mu.pool_scores([score("analysis/a.py", 90, 10), score("analysis/b.py", 45, 4, 1),
+                            score("ssat/losses.py", 1, 99)])
+    assert len(lines) == 1
+    line = lines[0]
+    assert line.module == "analysis/*.py" and line.mutants == 150 and line.killed == 135
+    assert line.survived == 14 and line.equivalents == 1 and line.score == pytest.approx(round(100 * 135 / 149, 1))
+    assert line.seconds == 20.0
+
+
+def test_equivalents_count_up_to_five_percent_and_a_killed_one_is_a_problem(monkeypatch, meta):
+    meta({"ssat/losses.py": 40})
+    run = mu.mutant_names("ssat/losses.py")
+    codes = {n: 1 for n in run[:36]} | {n: 0 for n in run[36:]}  # exit 1 = killed, 0 = survived
+    eq = {run[36]: "", run[37]: "", run[38]: "", run[0]: ""}
+    s = mu.score_module("ssat/losses.py", run, codes, eq, seconds=1.0, sampled=False)
+    # cap int(0.05 * 40) = 2 of the three surviving listed ones; run[0] was killed: listed wrongly
+    assert s.equivalents == 2 and s.killed == 36 and s.survived == 2
+    assert s.score == pytest.approx(100 * 36 / 38, abs=0.05)
+    assert any("not equivalent" in p for p in s.problems) and any("at most 2" in p for p in s.problems)
