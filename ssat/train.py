@@ -421,13 +421,18 @@ class Trainer:
         n = len(self.arrays.x_test) if e.test_n is None else min(e.test_n, len(self.arrays.x_test))
         x, y = self._prep(to_float(self.arrays.x_test[:n]).to(self.device)), self.arrays.y_test[:n].to(self.device)
         subset = "full" if n == len(self.arrays.x_test) else f"first{n}"
+        kinds = checkpoints or e.checkpoints
+        aa_here = e.autoattack and (e.autoattack_seeds is None or self.cfg.seed in e.autoattack_seeds)
+        self.log(f"final evaluation: {'/'.join(kinds)} checkpoint on {n:,} test images, "
+                 + ", ".join(f"PGD-{s}" for s in e.pgd_steps)
+                 + (f", AutoAttack on {min(e.autoattack_n or n, n):,}" if aa_here and set(kinds)
+                    & set(e.autoattack_checkpoints) else ""))
         results = {}
-        for kind in checkpoints or e.checkpoints:
+        for kind in kinds:
             model, _, _ = load_checkpoint_model(self.out / f"{kind}.pt", self.device)
             if self.channels_last:
                 model = model.to(memory_format=torch.channels_last)
-            aa = e.autoattack and kind in e.autoattack_checkpoints and (
-                e.autoattack_seeds is None or self.cfg.seed in e.autoattack_seeds)
+            aa = aa_here and kind in e.autoattack_checkpoints
             results[kind] = evaluate_model(model, x, y, eps=self.cfg.eps, checkpoint=kind, pgd_steps=e.pgd_steps,
                                            autoattack=aa, autoattack_n=e.autoattack_n,
                                            batch_size=e.batch_size, subset=subset, log=self.log)

@@ -1,7 +1,10 @@
-"""One line per epoch and per finished trial, instead of Ray's full status tables."""
+"""One line per epoch and per finished trial, instead of Ray's full status tables; during a trial's final
+evaluation (PGD on the test set, AutoAttack), its progress lines from the trial's log."""
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 from ray.tune import Callback
 
@@ -26,6 +29,11 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+# Lines of a trial log that say where its final evaluation is (ssat.train.Trainer.final_evaluation, ssat.evaluate).
+EVAL_LINE = re.compile(r"final evaluation|\] pgd\d+: |\] autoattack \(|autoattack: ")
+POLL_S = 2.0  # how often the driver looks at the logs of trials in their final evaluation
+
+
 class ProgressCallback(Callback):
     """Per epoch: the trial, its validation numbers, trials done out of the stage's total and the time left,
     estimated from the epochs this driver has seen finish (evaluation included) at the current concurrency."""
@@ -40,6 +48,8 @@ class ProgressCallback(Callback):
         self.epoch: dict[str, int] = {}   # trial id -> last epoch reported
         self.first: dict[str, int] = {}   # trial id -> epochs it had done before this driver saw it
         self.done: set[str] = set()
+        self.logs: dict[str, tuple[Path, int, object]] = {}  # trial id -> (its trial.log, bytes read, trial)
+        self.polled = 0.0
 
     def eta(self) -> str:
         ran = sum(e - self.first[t] for t, e in self.epoch.items())
@@ -64,10 +74,43 @@ class ProgressCallback(Callback):
         self.epoch[trial.trial_id] = epoch
         if "time/epochs" in result:
             self.done.add(trial.trial_id)
+            if trial.trial_id in self.logs:  # what it logged since the last look, then no more
+                self._follow(trial.trial_id)
+                del self.logs[trial.trial_id]
+        elif result.get("work_dir") and epoch + 1 >= _epochs(trial) > 0:
+            # its last epoch runs now, then the final evaluation: follow its log from here on
+            log = Path(result["work_dir"]) / "trial.log"
+            self.logs[trial.trial_id] = (log, log.stat().st_size if log.exists() else 0, trial)
         val = f" val clean {result['val/clean']:.1f} pgd10 {result['val/pgd10']:.1f}" if "val/pgd10" in result else ""
         print(f"[sweep {duration(time.perf_counter() - self.t0)}] {self._name(trial)}: epoch {epoch}{val} "
               f"({result.get('perf/epoch_seconds', 0):.1f} s) | {len(self.done)}/{self.total} trials done"
               f"{self.eta()}", flush=True)
+
+    def on_step_begin(self, iteration, trials, **info):
+        """Every POLL_S: new final-evaluation lines of the trials in their last epoch. A trial on another node
+        has no log here; it shows up at its next report as before."""
+        now = time.perf_counter()
+        if now - self.polled < POLL_S:
+            return
+        self.polled = now
+        for tid in list(self.logs):
+            self._follow(tid)
+
+    def _follow(self, tid: str) -> None:
+        """Print the final-evaluation lines a followed trial's log gained since the last look."""
+        log, read, trial = self.logs[tid]
+        try:
+            with open(log, "rb") as f:
+                f.seek(read)
+                chunk = f.read()
+        except OSError:
+            return
+        whole = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written waits for the next look
+        self.logs[tid] = (log, read + len(whole), trial)
+        for line in whole.decode(errors="replace").splitlines():
+            text = line.split(" ", 1)[1].strip() if line[:2].isdigit() else line.strip()
+            if EVAL_LINE.search(text):
+                print(f"[sweep {duration(time.perf_counter() - self.t0)}] {self._name(trial)}: {text}", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         last = trial.last_result or {}

@@ -148,7 +148,8 @@ def train_trial(config: dict) -> None:
     log(f"trial {meta['trial_key']} on {socket.gethostname()} pid {os.getpid()}, threads {torch.get_num_threads()}")
     # every report carries the run record (docs/tracking.md), so a Ray results folder is read like MLflow
     repro = repro_record(cfg, trainer, meta)  # once: it hashes the data files
-    record = {"run_json": json.dumps(meta["record"].as_dict()), "repro_json": json.dumps(repro, default=str)}
+    record = {"run_json": json.dumps(meta["record"].as_dict()), "repro_json": json.dumps(repro, default=str),
+              "work_dir": str(work)}  # where the driver's progress lines follow the final evaluation
     last = cfg.optim.epochs
     try:
         if trainer.epoch >= last:  # resumed after the last epoch: only the final report is missing

@@ -71,3 +71,48 @@ def test_an_early_stop_takes_its_remaining_epochs_out(monkeypatch, capsys):
 
 def test_no_estimate_before_an_epoch_finished():
     assert ProgressCallback(total=1, total_epochs=3).eta() == ""
+
+
+def test_the_final_evaluation_is_followed_from_the_trial_log(monkeypatch, capsys, tmp_path):
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "perf_counter", clock)
+    cb = ProgressCallback(total=1, total_epochs=3)
+    a = _trial("a", epochs=3)
+    log = tmp_path / "trial.log"
+    log.write_text("10:00:00 trial x on vm\n10:00:05 epoch 1/3 | loss 2.0\n")
+    cb.on_trial_result(0, [a], a, {"epoch": 1, "work_dir": str(tmp_path)})
+    assert cb.logs == {}  # two epochs to go: nothing to follow yet
+    log.write_text(log.read_text() + "10:00:10 epoch 2/3 | loss 1.8\n")
+    cb.on_trial_result(0, [a], a, {"epoch": 2, "work_dir": str(tmp_path)})
+    capsys.readouterr()
+    with open(log, "a") as f:
+        f.write("10:00:15 epoch 3/3 | loss 1.7\n10:00:15 final evaluation: best checkpoint on 1,000 test images, "
+                "PGD-10, PGD-20, AutoAttack on 100\n10:00:20   [best] pgd10: 70.00%\n10:00:21   [best] pgd2")
+    clock.t += 1  # within POLL_S of the last look: not read
+    cb.on_step_begin(0, [a])
+    clock.t += 2
+    cb.on_step_begin(0, [a])
+    out = capsys.readouterr().out.splitlines()
+    # the epoch line is not repeated (its report says it); the half-written line waits
+    assert [ln.split("] ", 1)[1] for ln in out] == [
+        "r seed 0: final evaluation: best checkpoint on 1,000 test images, PGD-10, PGD-20, AutoAttack on 100",
+        "r seed 0: [best] pgd10: 70.00%"]
+    with open(log, "a") as f:
+        f.write("0: 68.00%\n10:00:22     autoattack: apgd-ce (1/4) on 100 images, 0 s so far\n"
+                "10:01:00   [best] autoattack (100 images): 60.00% (after apgd-ce 62.00%)\n")
+    cb.on_trial_result(0, [a], a, {"epoch": 3, "time/epochs": 3, "work_dir": str(tmp_path)})
+    out = capsys.readouterr().out
+    # the final report flushes what the log gained since the last look, then the trial is no longer followed
+    assert "r seed 0: [best] pgd20: 68.00%" in out and "r seed 0: autoattack: apgd-ce (1/4)" in out
+    assert "r seed 0: [best] autoattack (100 images): 60.00%" in out
+    assert cb.logs == {}
+
+
+def test_a_log_on_another_node_is_skipped(monkeypatch, capsys, tmp_path):
+    cb = ProgressCallback(total=1, total_epochs=2)
+    a = _trial("a", epochs=2)
+    cb.on_trial_result(0, [a], a, {"epoch": 1, "work_dir": str(tmp_path / "elsewhere")})
+    assert list(cb.logs) == ["a"]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: 1e9)
+    cb.on_step_begin(0, [a])  # no such file here: nothing printed, nothing raised
+    assert "final" not in capsys.readouterr().out

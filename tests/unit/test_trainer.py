@@ -67,8 +67,14 @@ def test_metrics_follow_the_schedule_and_checkpoints_exist(tmp_path):
         assert {"train/loss", "train/ce", "train/kl_adv", "val/clean", "val/pgd10", "sched/lr"} <= set(m)
     for name in ("best.pt", "last.pt", "state.pt", "best.pt.sha256"):
         assert (tmp_path / name).exists()
+    said = []
+    tr.log = said.append
     res = tr.final_evaluation()
     assert set(res) == {"best", "last"} and set(res["best"]) == {"clean", "pgd10", "pgd20"}
+    n = res["best"]["clean"]["protocol"]["n"]
+    # the driver follows this stage from these lines (sweeps.progress): no AutoAttack in this config
+    assert said[0] == f"final evaluation: best/last checkpoint on {n:,} test images, PGD-10, PGD-20"
+    assert said[1:] == [f"  [{k}] pgd{s}: {res[k][f'pgd{s}']['acc']:.2f}%" for k in ("best", "last") for s in (10, 20)]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert json.loads(saved["protocols"]["protocol/best/pgd20"])["step"] == pytest.approx(0.03)
 
