@@ -81,6 +81,21 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_no_temp_file(tmp_path):
     assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["state.pt"]
 
 
+def test_an_interrupt_right_after_the_rename_is_the_error_the_caller_sees(tmp_path, monkeypatch):
+    # Ctrl+C between os.replace and leaving the write: the temp file is gone already (it is the file now), and
+    # the cleanup must not replace the KeyboardInterrupt with a FileNotFoundError of its own
+    real = os.replace
+
+    def replace_then_interrupt(src, dst):
+        real(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", replace_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_bytes(tmp_path / "state.pt", b"new")
+    assert (tmp_path / "state.pt").read_bytes() == b"new" and len(list(tmp_path.iterdir())) == 1
+
+
 def test_map_location_reaches_torch_load(tmp_path):
     save_verified(OBJ, tmp_path / "a.pt")
     assert load_verified(tmp_path / "a.pt", map_location="meta")["w"].device.type == "meta"
