@@ -6,8 +6,7 @@ from sweeps.cli import main as sweeps_main
 
 pytestmark = pytest.mark.integration
 SMALL = ["data.n_unlabeled=100", "data.n_val=40", "eval.test_n=60", "eval.pgd_steps=[10,20]",
-         "eval.autoattack_n=8", "eval.autoattack_seeds=[0,1]", "teacher.steps=20", "teacher.eval_every=10", "system.threads=1",
-         "optim.lr_milestones=[12]", "optim.lr_factors=[0.1]"]  # [12, 14] of 15 epochs collide at 2 epochs
+         "eval.autoattack_n=8", "eval.autoattack_seeds=[0,1]", "teacher.steps=20", "teacher.eval_every=10", "system.threads=1"]
 
 
 def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
