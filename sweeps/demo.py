@@ -38,17 +38,22 @@ def setup_text(cfg: Config) -> str:
     """The choices that size the demo for 2 CPU cores, read from a trial's config: the table's caption says them."""
     o, a, d, e = cfg.optim, cfg.attack, cfg.data, cfg.eval
     _, _, _, default_labeled, default_val, _ = DATASET_INFO[d.dataset]
-    labeled, val = d.n_labeled or default_labeled, d.n_val or default_val
     start = 1 if o.lr_decay_after_milestone else 0
-    decay = ", ".join(f"x{f:g} from epoch {m + start}" for m, f in zip(o.lr_milestones, o.lr_factors))
+    decay = "".join(f", x{f:g} from epoch {m + start}" for m, f in zip(o.lr_milestones, o.lr_factors))
+    unlabeled = f"{d.n_unlabeled:,}" if d.n_unlabeled else "all other"
+    test = f"the first {e.test_n:,}" if e.test_n else "all"
+    aa_images = f"the first {e.autoattack_n:,}" if e.autoattack_n else "the same"
     aa_seeds = "every seed" if e.autoattack_seeds is None else "seed " + ", ".join(map(str, e.autoattack_seeds))
-    return (f"CPU-sized setup: model {cfg.model.name}; {o.epochs} epochs of SGD (lr {o.lr:g}, {decay}; "
-            f"batch {o.batch_size}); training PGD-{a.steps} (step {a.step_ratio:g} eps_max); "
-            f"{labeled} labeled + {f'{d.n_unlabeled:,}' if d.n_unlabeled else 'all other'} pseudo-labeled images; validation {val} images; "
-            f"test: {f'the first {e.test_n:,}' if e.test_n else 'all'} test images ({', '.join(e.checkpoints)} "
-            f"checkpoint); "
-            f"AutoAttack: the first {e.autoattack_n} test images, {aa_seeds}'s "
-            f"{'/'.join(e.autoattack_checkpoints)} checkpoint")
+    parts = [f"model {cfg.model.name}",
+             f"{o.epochs} epochs of SGD (lr {o.lr:g}{decay}; batch {o.batch_size})",
+             f"training PGD-{a.steps} (step {a.step_ratio:g} eps_max)",
+             f"{d.n_labeled or default_labeled} labeled + {unlabeled} pseudo-labeled images",
+             f"validation {d.n_val or default_val} images",
+             f"test: {test} test images ({'/'.join(e.checkpoints)} checkpoint)"]
+    if e.autoattack:
+        parts.append(f"AutoAttack: {aa_images} test images, {aa_seeds}'s {'/'.join(e.autoattack_checkpoints)} "
+                     "checkpoint")
+    return "CPU-sized setup: " + "; ".join(parts)
 
 
 def analyse(name: str, uri: str, out: Path, setup: str = "") -> dict[str, Path]:

@@ -19,3 +19,5 @@ def test_the_caption_follows_the_config_that_ran():
     assert "30 epochs of SGD (lr 0.05, x0.1 from epoch 25; batch 32)" in text
     assert "training PGD-7" in text and "100 labeled + 3,000 pseudo-labeled" in text
     assert "test: the first 200 test images" in text and "every seed's best checkpoint" in text
+    off = setup_text(load_spec(SPEC, sets={"eval.autoattack": False, "data.n_unlabeled": None}).trials()[0].config)
+    assert "AutoAttack" not in off and "100 labeled + all other pseudo-labeled images" in off
