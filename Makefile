@@ -4,10 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml lock/requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -c requirements.lock pip setuptools wheel
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install -q -c lock/requirements.lock pip setuptools wheel
+	$(BIN)/python -m pip install -q -c lock/requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
 .PHONY: venv demo test test-unit test-integration test-slow bench lock mutation
@@ -37,7 +37,7 @@ mutation: $(STAMP)
 
 # Re-resolve the full dependency set (run after changing pyproject.toml's pins).
 lock: $(STAMP)
-	$(BIN)/python -m pip freeze --all --exclude-editable | grep -v '^ssat-sweeps' > requirements.lock
+	$(BIN)/python -m pip freeze --all --exclude-editable | grep -v '^ssat-sweeps' > lock/requirements.lock
 
 # PNGs of MLflow's UI on a small sweep's store for the README (needs a headless Chromium: clusters/ci_prereqs.sh).
 .PHONY: screenshots

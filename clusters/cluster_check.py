@@ -5,9 +5,10 @@
     (python -m clusters.cluster_check is the same command)
 
 Cluster YAMLs go through the autoscaler's ``prepare_config`` and ``validate_config`` (a private Ray API:
-it is checked against the Ray that requirements.lock pins), then the project's rules:
+it is checked against the Ray that lock/requirements.lock pins), then the project's rules:
 
-- paths exist: file_mounts sources, and every repository file a command names through a mount
+- paths exist: file_mounts sources, and every repository file a command names through a mount; mounts are
+  folders (Ray warns that a single mounted file may not update: its Docker check runs on every config)
 - versions pinned: every ``pip install`` uses the lock file (``-c``/``-r`` a ``*lock*`` file) or ``==`` pins;
   no ``:latest`` images; AWS nodes name an image (Ray's default DLAMI has a driver too old for CUDA 13)
 - node resources are integers (``ray start --num-gpus/--resources`` too); worker types start at 0
@@ -38,6 +39,7 @@ from typing import Iterable
 
 import yaml
 
+LOCK = Path("lock") / "requirements.lock"  # relative to the repository: what every node installs
 AUTH_MODES = ("disabled", "token")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*")
 OBJECT_STORE_SCHEMES = ("s3://", "gs://", "abfs://", "abfss://", "az://")
@@ -132,7 +134,7 @@ def pip_problems(tokens: list[str], where: str, locked: set[str]) -> list[str]:
                 path_like = spec.startswith((".", "/", "~", "$")) or "/" in spec
                 if "==" in spec or (has_lock and (path_like or name in locked)):
                     continue
-                problems.append(f"{where}: `pip install ... {spec}` is not pinned (use -c requirements.lock "
+                problems.append(f"{where}: `pip install ... {spec}` is not pinned (use -c lock/requirements.lock "
                                 f"or ==; a project install without the lock takes whatever is newest)")
             for f in files:
                 if not has_lock:
@@ -222,14 +224,14 @@ def ray_version_problems(root: Path) -> list[str]:
     """The private validation API is only trusted for the Ray version the lock pins."""
     import ray
 
-    lock = root / "requirements.lock"
+    lock = root / LOCK
     pins = [ln.strip() for ln in lock.read_text().splitlines() if ln.strip().startswith("ray==")] \
         if lock.is_file() else []
     if not pins:
         return [f"{lock}: no ray==VERSION pin (the cluster launcher and this check need one Ray version)"]
     pinned = pins[0].split("==")[1]
     if pinned != ray.__version__:
-        return [f"validated with ray {ray.__version__} but requirements.lock pins ray {pinned}: "
+        return [f"validated with ray {ray.__version__} but lock/requirements.lock pins ray {pinned}: "
                 "prepare_config/validate_config are private and may differ"]
     return []
 
@@ -341,12 +343,15 @@ def validate_cluster_yaml(path: str | Path, repo_root: str | Path | None = None)
     cfg = prepared or config
     provider = (config.get("provider") or {}).get("type", "")
     commands = [c for key in COMMAND_KEYS for c in (cfg.get(key) or []) if isinstance(c, str)]
-    locked = lock_names(root / "requirements.lock")
+    locked = lock_names(root / LOCK)
 
     mounts = {str(k): str(v) for k, v in (config.get("file_mounts") or {}).items()}
     for remote, local in mounts.items():
         if not (root / local).exists():
             problems.append(f"file_mounts {remote}: source {local} does not exist (relative to {root})")
+        elif (root / local).is_file():
+            problems.append(f"file_mounts {remote}: source {local} is a file; mount its folder (Ray warns that a "
+                            "mounted file may not update)")
     refs = referenced_files(commands, mounts, root)
     problems += [f"a command names {word}, but {local} does not exist" for word, local in refs if not local.exists()]
     for script in script_closure(local for _, local in refs):
@@ -402,7 +407,7 @@ def validate_script(path: str | Path, repo_root: str | Path | None = None) -> li
                                str(path.resolve())], capture_output=True, text=True, cwd=root)
         problems += [f"shellcheck: {line}" for line in lint.stdout.splitlines() if line.strip()]
     text = path.read_text()
-    problems += script_rule_problems(path, lock_names(root / "requirements.lock"))
+    problems += script_rule_problems(path, lock_names(root / LOCK))
     if path.suffix == ".sbatch":
         if "#SBATCH" not in text:
             problems.append("no #SBATCH directives")

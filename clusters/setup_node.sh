@@ -22,7 +22,7 @@
 # worker_start_ray_commands run `mps.sh start` again (a no-op while it runs): a stopped node that is
 # restarted skips setup, and its /tmp is empty.
 #
-# Why an install at setup time rather than a prepared image: requirements.lock is the one description of
+# Why an install at setup time rather than a prepared image: lock/requirements.lock is the one description of
 # the environment, tested in CI; installing from it on a stock GPU image (about 2 minutes and 6.5 GB per
 # node, once: a stamp of the lock's sha256 skips it when a stopped node is reused) cannot drift from it. A
 # prepared image is the optimisation for fast autoscaling: bake it by running this script once on the
@@ -37,7 +37,7 @@ repo=$(cd "$here/.." && pwd)
 # shellcheck source=clusters/lib.sh
 source "$here/lib.sh"
 
-lock="$repo/requirements.lock"
+lock="$repo/lock/requirements.lock"
 role="" venv="" install=0 auth_mode="" data_root="" data_src="" storage="" gpu=auto
 mlflow_host="" mlflow_port=5000 extra_lock="" nfs="" nfs_mount="" mps=auto
 while (($#)); do
@@ -99,10 +99,15 @@ install_env() {
         return
     fi
     ssat_log "installing the project into $venv from $lock"
-    # [dev] too: the lock is the whole environment (it pins pytest & co.), and check_node.sh verifies that
-    # every package of the lock is installed at its version.
+    # The lock is the whole environment (`pip freeze` of `pip install -e .[dev]`: pytest & co. too), and
+    # check_node.sh verifies that every package of it is installed at its version.
     "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" pip setuptools wheel
-    "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -e "${repo}[dev]"
+    "$venv/bin/python" -m pip install --quiet --no-input -r "$lock"
+    # The project itself as `pip install -e` would put it: its folders under $repo on the import path (ray up
+    # mounts folders only, so no pyproject.toml reaches the node).
+    local site
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    printf '%s\n' "$repo" >"$site/ssat-sweeps.pth"
     if [[ -n "$extra_lock" ]]; then
         "$venv/bin/python" -m pip install --quiet --no-input -c "$lock" -r "$extra_lock"
     fi
@@ -134,7 +139,7 @@ fi
 if ((install)); then
     install_env
 else
-    [[ -x "$venv/bin/python" ]] || ssat_die "--use-venv $venv: no $venv/bin/python (make it with: pip install -c requirements.lock -e .)"
+    [[ -x "$venv/bin/python" ]] || ssat_die "--use-venv $venv: no $venv/bin/python (make it with: pip install -c lock/requirements.lock -e .)"
 fi
 
 # One env file holds the node's settings; ~/.bashrc and ~/.profile source it FIRST (before Ubuntu's

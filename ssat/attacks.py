@@ -24,12 +24,14 @@ def kl_rows(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
     return F.kl_div(log_q, log_p, reduction="none", log_target=True).sum(dim=1)
 
 
-def start_point(x: torch.Tensor, eps: float, init: str = "uniform") -> torch.Tensor:
-    """delta^(0): uniform in the eps-ball (PGD, the paper) or 0.001*N(0, 1) (TRADES), clamped to [0, 1]."""
+def start_point(x: torch.Tensor, eps: float, init: str = "uniform",
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """delta^(0): uniform in the eps-ball (PGD, the paper) or 0.001*N(0, 1) (TRADES), clamped to [0, 1].
+    Drawn from `generator` (on x's device) when given, else from the default one."""
     if init == "uniform":
-        noise = torch.empty_like(x).uniform_(-eps, eps)
+        noise = torch.empty_like(x).uniform_(-eps, eps, generator=generator)
     elif init == "normal":
-        noise = 0.001 * torch.randn_like(x)
+        noise = 0.001 * torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
     else:
         raise ValueError(f"init {init!r}; allowed: uniform, normal")
     return (x + noise).clamp(0.0, 1.0)
@@ -50,9 +52,11 @@ def frozen(model: nn.Module):
 
 
 def pgd(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, eps: float, steps: int, step_size: float,
-        loss: str = "ce", random_start: bool = True, init: str = "uniform") -> torch.Tensor:
+        loss: str = "ce", random_start: bool = True, init: str = "uniform",
+        generator: torch.Generator | None = None) -> torch.Tensor:
     """PGD-T under the L-inf norm (eq. 2), run with the model in eval mode and its parameters frozen (both
     restored). eps and step_size are host numbers (the schedule's), so the branch on eps reads no device value.
+    The random start comes from `generator` when given (evaluation), else from the default generator (training).
 
     x: (B, C, H, W) in [0, 1]; targets: (B,) labels or (B, C) soft targets (loss "ce");
     loss "kl" maximises KL(p(x) || p(x')) (TRADES form, eq. 4) and ignores targets.
@@ -67,7 +71,7 @@ def pgd(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, eps: float, st
                 clean_logits = model(x).detach()
         elif loss != "ce":
             raise ValueError(f"loss {loss!r}; allowed: ce, kl")
-        x_adv = start_point(x, eps, init) if random_start else x.clone()
+        x_adv = start_point(x, eps, init, generator) if random_start else x.clone()
         for _ in range(steps):
             x_adv.requires_grad_(True)
             logits = model(x_adv)

@@ -59,12 +59,16 @@ def _check_adv(x_adv: torch.Tensor, x: torch.Tensor, eps: float, name: str) -> f
     return linf
 
 
-def pgd_accuracy(model, x, y, *, eps, steps, batch_size) -> tuple[float, float]:
-    """Robust accuracy (%) under PGD-steps (step eps/10, uniform start) and the largest perturbation seen."""
+def pgd_accuracy(model, x, y, *, eps, steps, batch_size, seed: int = 0) -> tuple[float, float]:
+    """Robust accuracy (%) under PGD-steps (step eps/10, uniform start) and the largest perturbation seen.
+    The random starts come from a generator of their own seeded with `seed`: the same model gets the same
+    number every time (validation compares epochs on the same attack), and evaluating draws nothing from the
+    training's random stream (so how often one validates does not change the training)."""
     correct, linf = 0, 0.0
+    gen = torch.Generator(device=x.device).manual_seed(seed)
     for i in range(0, len(x), batch_size):
         xb, yb = x[i: i + batch_size], y[i: i + batch_size]
-        xa = pgd(model, xb, yb, eps, steps, eps / 10, loss="ce", random_start=True, init="uniform")
+        xa = pgd(model, xb, yb, eps, steps, eps / 10, loss="ce", random_start=True, init="uniform", generator=gen)
         linf = max(linf, _check_adv(xa, xb, eps, f"pgd{steps}"))
         with torch.no_grad():
             correct += (model(xa).argmax(1) == yb).sum().item()
@@ -194,8 +198,18 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", 
     return model, cfg, ck
 
 
-def main(argv=None) -> int:
+def test_images(cfg, n: int | None, device, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The first n test images of cfg's dataset (all when n is None) as float (n, C, H, W) in [0, 1] and labels
+    (n,) on `device`, with the protocol's subset name ("full" or "first<n>")."""
     from .datasets import load_arrays, to_float
+
+    arrays = load_arrays(cfg.data.dataset, data_root or cfg.data.root)
+    n = len(arrays.x_test) if n is None else min(n, len(arrays.x_test))
+    subset = "full" if n == len(arrays.x_test) else f"first{n}"
+    return to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device), subset
+
+
+def main(argv=None) -> int:
     from .storage import CorruptFileError, sidecar
 
     ap = argparse.ArgumentParser(prog="python -m ssat.evaluate", description=__doc__.split("\n")[0])
@@ -219,12 +233,9 @@ def main(argv=None) -> int:
         return 2
     if not ck["verified"]:
         print(f"warning: {args.checkpoint} has no checksum sidecar: loaded unverified (weights only)", file=sys.stderr)
-    arrays = load_arrays(cfg.data.dataset, args.data_root or cfg.data.root)
-    n = len(arrays.x_test) if args.n is None else min(args.n, len(arrays.x_test))
-    x, y = to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device)
+    x, y, subset = test_images(cfg, args.n, device, args.data_root)
     res = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=ck.get("kind", "best"), pgd_steps=cfg.eval.pgd_steps,
-                         autoattack=args.autoattack, autoattack_n=args.autoattack_n,
-                         subset="full" if n == len(arrays.x_test) else f"first{n}")
+                         autoattack=args.autoattack, autoattack_n=args.autoattack_n, subset=subset)
     head = {"checkpoint": str(args.checkpoint), "verified": ck["verified"]}
     print(json.dumps({**head, **{k: {"acc": round(v["acc"], 2)} for k, v in res.items()}}))
     if args.out:

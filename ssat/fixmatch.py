@@ -186,7 +186,6 @@ def _test_protocol(model: nn.Module, arrays: Arrays, cfg, device, log: Log) -> d
     e = cfg.eval
     n = len(arrays.x_test) if e.test_n is None else min(e.test_n, len(arrays.x_test))
     x, y = to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device)
-    torch.manual_seed(cfg.teacher.seed)  # PGD's random start draws from the global RNG (forked by the caller)
     test = evaluate_model(model, x, y, eps=cfg.eps, checkpoint="teacher", pgd_steps=e.pgd_steps,
                           autoattack=e.autoattack, autoattack_n=e.autoattack_n, batch_size=e.batch_size,
                           subset="full" if n == len(arrays.x_test) else f"first{n}", log=log)

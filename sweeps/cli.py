@@ -19,7 +19,7 @@ from .tracking import TrackingUnavailable
 def _run_args(args) -> RunArgs:
     return RunArgs(epochs=args.epochs, seeds=args.seeds, sets=parse_overrides(args.set or []), cpu_only=args.cpu_only,
                    max_concurrent=args.max_concurrent, data_root=args.data_root, address=args.address,
-                   max_failures=args.max_failures, name=args.name)
+                   max_failures=args.max_failures, name=args.name, rows=args.rows)
 
 
 def cmd_run(args) -> int:
@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--tracking-uri", default=None, help="MLflow server or store (default: ./mlflow.db)")
     r.add_argument("--cpu-only", action="store_true", help="train on CPUs even if the spec asks for GPU shares")
     r.add_argument("--seeds", type=int, nargs="+", default=None)
+    r.add_argument("--rows", nargs="+", default=None, metavar="ROW",
+                   help="only these rows of a grid spec (quote them: 'linear|on')")
     r.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     r.add_argument("--max-concurrent", type=int, default=None)
     r.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial from its checkpoint")
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job on MNIST-5k: teacher, ablation sweep, table, plot")
     d.add_argument("--epochs", type=int, default=None)
     d.add_argument("--seeds", type=int, nargs="+", default=None)
+    d.add_argument("--rows", nargs="+", default=None, metavar="ROW", help="only these rows (e.g. 'linear|on')")
     d.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     d.add_argument("--name", default=None)
     d.add_argument("--max-concurrent", type=int, default=2)

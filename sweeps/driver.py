@@ -45,6 +45,7 @@ class RunArgs:
     address: str | None = None
     max_failures: int = 2
     name: str | None = None
+    rows: list[str] | None = None  # --rows: only these grid rows
 
 
 @dataclass
@@ -65,7 +66,8 @@ class SweepState:
     def spec(self) -> Spec:
         a = self.args
         return parse_spec(self.source, self.spec_path, epochs=a.epochs, seeds=a.seeds, sets=a.sets,
-                          cpu_only=a.cpu_only, max_concurrent=a.max_concurrent, data_root=a.data_root)
+                          cpu_only=a.cpu_only, max_concurrent=a.max_concurrent, data_root=a.data_root,
+                          rows=a.rows)
 
     def save(self, paths: Paths) -> None:
         from ssat.storage import atomic_write_bytes
@@ -130,7 +132,8 @@ def load_run_spec(spec_path: str | Path, args: RunArgs) -> Spec:
     if args.name:
         raw["name"] = args.name
     return parse_spec(raw, str(spec_path), epochs=args.epochs, seeds=args.seeds, sets=args.sets,
-                      cpu_only=args.cpu_only, max_concurrent=args.max_concurrent, data_root=args.data_root)
+                      cpu_only=args.cpu_only, max_concurrent=args.max_concurrent, data_root=args.data_root,
+                      rows=args.rows)
 
 
 def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = ".", tracking_uri: str | None = None,

@@ -62,7 +62,7 @@ def code_version() -> dict:
 
     import hashlib
 
-    lock = PROJECT_ROOT / "requirements.lock"
+    lock = PROJECT_ROOT / "lock" / "requirements.lock"
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": None if status is None else bool(status),
             "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.exists() else None}

@@ -146,15 +146,16 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_spec(path: str | Path, *, epochs: int | None = None, seeds: list[int] | None = None,
               sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
-              data_root: str | None = None) -> Spec:
+              data_root: str | None = None, rows: list[str] | None = None) -> Spec:
     """Read and fully validate a spec (every grid trial and the search space's corners are built)."""
     return parse_spec(read_yaml(path), str(path), epochs=epochs, seeds=seeds, sets=sets, cpu_only=cpu_only,
-                      max_concurrent=max_concurrent, data_root=data_root)
+                      max_concurrent=max_concurrent, data_root=data_root, rows=rows)
 
 
 def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, seeds: list[int] | None = None,
                sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
-               data_root: str | None = None) -> Spec:
+               data_root: str | None = None, rows: list[str] | None = None) -> Spec:
+    """A validated Spec; `rows` (--rows) keeps only those grid rows, in the spec's order."""
     if not isinstance(raw, dict):
         raise _err(path, f"expected a mapping of spec keys at the top, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
@@ -209,8 +210,10 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
                 spec.base = from_dict(scale_epochs(spec.base, epochs)).to_dict()
             except ConfigError as exc:
                 raise _err(path, f"--epochs {epochs}: {exc}") from None
+    if rows is not None and "grid" not in raw:
+        raise _err(path, "--rows: this spec has a search, not grid rows; --rows picks rows of a grid spec")
     if "grid" in raw:
-        spec.grid = _grid(raw["grid"], path)
+        spec.grid = _pick_rows(_grid(raw["grid"], path), rows, path)
         for i, row in enumerate(spec.grid):
             if row.get("preset") and row["preset"] not in spec.bases:
                 spec.bases[row["preset"]] = _base(row["preset"], ep, overrides, path, f"grid[{i}].preset")
@@ -218,6 +221,17 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
     else:
         spec.search = _search(raw["search"], path, spec)
     return spec
+
+
+def _pick_rows(grid: list[dict], rows: list[str] | None, path: str) -> list[dict]:
+    """The grid's rows named in `rows` (all when None); a name not in the grid is refused, listing the rows."""
+    if rows is None:
+        return grid
+    names = [r["row"] for r in grid]
+    unknown = [r for r in rows if r not in names]
+    if not rows or unknown:
+        raise _err(path, f"--rows: {unknown or rows!r} not rows of this grid; allowed: {', '.join(names)}")
+    return [r for r in grid if r["row"] in rows]
 
 
 def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> dict:

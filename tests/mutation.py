@@ -62,6 +62,17 @@ def default_modules() -> list[str]:
     return [m for m in all_modules() if m in TARGETS or is_sampled(m)]
 
 
+def selected_modules(named: list[str], every: bool = False, sampled: bool = False) -> list[str]:
+    """The modules a run covers: those named, else every module (--all-modules), else the default run, or
+    only its SAMPLED part (--sampled)."""
+    if sampled and (named or every):
+        raise SystemExit("--sampled runs the default run's samples: give no MODULE and no --all-modules with it")
+    if named:
+        return [resolve_module(m) for m in named]
+    modules = all_modules() if every else default_modules()
+    return [m for m in modules if is_sampled(m)] if sampled else modules
+
+
 def resolve_module(arg: str) -> str:
     """'ssat/schedules.py', './ssat/schedules.py' or 'ssat.schedules' -> 'ssat/schedules.py'."""
     path = arg.strip().removeprefix("./")
@@ -470,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("modules", nargs="*", metavar="MODULE",
                     help="ssat/schedules.py or ssat.schedules; none: the modules with a target and the sampled ones")
     ap.add_argument("--all-modules", action="store_true", help="every module of the source paths (hours)")
+    ap.add_argument("--sampled", action="store_true",
+                    help=f"only the sampled part of the default run: {', '.join(SAMPLED)} (one pool per pattern)")
     ap.add_argument("--full", action="store_true", help=f"all mutants of the big modules too (default: a "
                                                         f"{SAMPLE_SIZE}-mutant sample, seed {SAMPLE_SEED})")
     ap.add_argument("--budget", type=float, default=3600.0,
@@ -478,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unreachable", action="store_true",
                     help="list the decorated functions and module-level lambdas that mutmut skips, and stop")
     args = ap.parse_args(argv)
-    modules = [resolve_module(m) for m in args.modules] or (all_modules() if args.all_modules else default_modules())
+    modules = selected_modules(args.modules, args.all_modules, args.sampled)
     if args.unreachable:
         print("\n".join(line for m in modules for line in unreachable(m)))
         return 0

@@ -200,6 +200,25 @@ def test_normal_start_is_trades_small_gaussian():
     assert abs(d.mean().item()) < 2e-5
 
 
+def test_a_generator_gives_the_start_and_the_default_stream_is_left_alone():
+    x = torch.full((4, 1, 2, 3), 0.5)
+    for init in ("uniform", "normal"):
+        torch.manual_seed(0)
+        before = torch.get_rng_state()
+        a = start_point(x, 0.1, init, torch.Generator().manual_seed(7))
+        b = start_point(x, 0.1, init, torch.Generator().manual_seed(7))
+        c = start_point(x, 0.1, init, torch.Generator().manual_seed(8))
+        assert torch.equal(a, b) and not torch.equal(a, c)
+        assert torch.equal(torch.get_rng_state(), before)  # nothing drawn from the default generator
+    # pgd passes it on: the same generator seed, the same adversarial images; the default stream untouched
+    model, y = _linear_model(pixels=6), torch.zeros(4, dtype=torch.long)
+    before = torch.get_rng_state()
+    one = pgd(model, x, y, 0.2, 1, 0.0, generator=torch.Generator().manual_seed(3))
+    two = pgd(model, x, y, 0.2, 1, 0.0, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(one, two) and not torch.equal(one, x)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_start_point_is_clamped_to_the_box():
     torch.manual_seed(0)
     for value, bound in ((0.0, 0.0), (1.0, 1.0)):

@@ -76,7 +76,7 @@ def test_ray_itself_accepts_the_yamls_and_rejects_a_fractional_node_gpu():
 def test_the_lock_pins_the_ray_whose_private_api_validates():
     import ray
 
-    assert f"ray=={ray.__version__}" in (REPO / "requirements.lock").read_text().split()
+    assert f"ray=={ray.__version__}" in (REPO / "lock" / "requirements.lock").read_text().split()
 
 
 def test_the_aws_config_says_what_the_issue_asks():
@@ -173,9 +173,9 @@ def test_unpinned_install_fails(tmp_path, command):
 
 
 @pytest.mark.parametrize("command", [
-    "pip install -c ~/ssat-sweeps/requirements.lock -e ~/ssat-sweeps",
+    "pip install -c ~/ssat-sweeps/lock/requirements.lock -e ~/ssat-sweeps",
     "pip install boto3==1.44.8",
-    "pip install -c ~/ssat-sweeps/requirements.lock mlflow",
+    "pip install -c ~/ssat-sweeps/lock/requirements.lock mlflow",
 ])
 def test_pinned_install_passes(tmp_path, command):
     cfg = load(AWS)
@@ -226,6 +226,15 @@ def test_missing_paths_fail(tmp_path):
     cfg["file_mounts"]["~/extra"] = "does/not/exist"
     cfg["head_setup_commands"].append("bash ~/ssat-sweeps/clusters/no_such_script.sh")
     assert_caught(problems_of(cfg, tmp_path), "does/not/exist", "no_such_script.sh")
+
+
+@pytest.mark.parametrize("config", [AWS, LOCAL])
+def test_mounts_are_folders_and_a_single_file_fails(tmp_path, config):
+    cfg = load(config)
+    assert all((REPO / local).is_dir() for local in cfg["file_mounts"].values())  # the shipped ones: folders
+    assert "~/ssat-sweeps/lock" in cfg["file_mounts"]  # what setup_node.sh installs from
+    cfg["file_mounts"]["~/ssat-sweeps/pyproject.toml"] = "./pyproject.toml"
+    assert_caught(problems_of(cfg, tmp_path), "~/ssat-sweeps/pyproject.toml: source ./pyproject.toml is a file")
 
 
 def test_worker_type_must_scale_from_zero(tmp_path):

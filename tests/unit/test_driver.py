@@ -10,6 +10,7 @@ import pytest
 
 from sweeps.callback import _end_tags
 from sweeps.driver import Interrupt, RunArgs, SweepState
+from sweeps.errors import SpecError
 from sweeps.paths import sweep_paths
 from sweeps.spec import parse_spec
 from sweeps.tuners import StageOutcome, stage_outcome, top_configs, trial_outcome
@@ -136,3 +137,34 @@ def test_sweep_state_round_trips_and_reads_the_old_format(tmp_path):
     paths.state.write_text(json.dumps(old))
     st = SweepState.load(paths)
     assert st.args.cpu_only and st.args.max_concurrent == 2 and st.confirm_configs == [{"method.beta": 0.5}]
+
+
+def _grid_raw():
+    return {**BASE, "seeds": [0, 1], "grid": [{"row": "a", "set": {"method.beta": 0.1}},
+                                              {"row": "b", "set": {"method.beta": 0.2}},
+                                              {"row": "c", "set": {"method.beta": 0.3}}]}
+
+
+def test_rows_keeps_the_named_grid_rows_in_the_specs_order():
+    spec = parse_spec(_grid_raw(), rows=["c", "a"])
+    assert [(t.row, t.seed) for t in spec.trials()] == [("a", 0), ("a", 1), ("c", 0), ("c", 1)]
+    assert [t.config.method.beta for t in spec.trials()] == [0.1, 0.1, 0.3, 0.3]
+    assert len(parse_spec(_grid_raw()).trials()) == 6  # no --rows: every row
+
+
+def test_rows_refuses_an_unknown_row_or_a_search_spec_naming_the_allowed_rows():
+    with pytest.raises(SpecError, match=r"--rows: \['d'\] not rows of this grid; allowed: a, b, c"):
+        parse_spec(_grid_raw(), rows=["a", "d"])
+    with pytest.raises(SpecError, match="--rows: .*allowed: a, b, c"):
+        parse_spec(_grid_raw(), rows=[])
+    with pytest.raises(SpecError, match="--rows: this spec has a search"):
+        parse_spec({**BASE, "search": {"num_samples": 2, "space": {"method.beta": {"float": [0.0, 1.0]}}}},
+                   rows=["a"])
+
+
+def test_a_resumed_sweep_runs_the_same_rows(tmp_path):
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True)
+    SweepState(name="s", spec_path="x.yaml", source=_grid_raw(), tracking_uri="sqlite:///m.db",
+               args=RunArgs(rows=["b"])).save(paths)
+    assert [t.row for t in SweepState.load(paths).spec().trials()] == ["b", "b"]

@@ -30,6 +30,18 @@ def test_the_default_run_is_the_issue_scope():
     assert set(mods) < set(mu.all_modules())
 
 
+def test_the_modules_a_run_covers():
+    assert mu.selected_modules([]) == mu.default_modules()
+    assert mu.selected_modules([], every=True) == mu.all_modules()
+    assert mu.selected_modules(["ssat.schedules", "./sweeps/spec.py"]) == ["ssat/schedules.py", "sweeps/spec.py"]
+    sampled = mu.selected_modules([], sampled=True)
+    assert {"ssat/train.py", "ssat/teacher.py", "ssat/config.py", "ssat/datasets.py", "analysis/tables.py"} <= set(sampled)
+    assert not set(sampled) & set(mu.TARGETS) and set(sampled) < set(mu.default_modules())
+    for bad in ((["ssat/train.py"], False), ([], True)):
+        with pytest.raises(SystemExit, match="--sampled"):
+            mu.selected_modules(bad[0], every=bad[1], sampled=True)
+
+
 def test_a_sample_is_fixed_by_the_seed_and_keeps_its_draws_when_others_change():
     names = [f"ssat.train.x_f__mutmut_{i}" for i in range(1, 501)]
     first = mu.draw(names)
