@@ -307,7 +307,7 @@ def ray_up_scenario(args, result: dict) -> None:
                "mlflow_uri": "http://127.0.0.1:5000", "head_home": str(home)}
     up_cmd = [RAY, "up", "-y", "--no-config-cache", str(rendered)]
     try:
-        timings["ray_up_s"], _ = logged("ray_up", up_cmd, env, timeout=180)
+        timings["ray_up_s"], context["ray_up_output"] = logged("ray_up", up_cmd, env, timeout=180)
         timings["dashboard_wait_s"] = wait_for(
             "dashboard", lambda: http_ok("http://127.0.0.1:8265/api/version"), 60)
         timings["job_submit_s"], output = submit("job_submit", env, args.payload, context, timeout=300)
