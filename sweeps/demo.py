@@ -2,8 +2,8 @@
 paper's Table 2 ablation in small form on a local Ray cluster (two trials at a time), log everything to the
 embedded MLflow store, then regenerate the ablation table (mean (std) over seeds) and its plot.
 
-The AutoAttack column runs on the first 100 test images; those results are tagged `first100` and shown
-labelled as such, never as a paper cell.
+AutoAttack runs once, after the trials, on the best row's seed 0 and the first 100 test images; those results
+are tagged `first100` and shown labelled as such, never as a paper cell.
 """
 from __future__ import annotations
 
@@ -31,16 +31,19 @@ def _sweep(args, name: str) -> int:
         print(f"[demo] resuming the unfinished sweep {name}")
         return resume_sweep(name, workdir=args.workdir, rerun_failed=True)
     run = RunArgs(epochs=args.epochs, seeds=args.seeds, sets=parse_overrides(args.set or []), cpu_only=True,
-                  max_concurrent=args.max_concurrent, name=name,
-                  rows=args.rows)
+                  max_concurrent=args.max_concurrent, name=name, rows=args.rows)
     return run_sweep(args.spec, run, workdir=args.workdir)
+
+
+def _trials(runs, stage: str = "demo"):
+    return runs[(runs["meta.kind"] == "trial") & (runs["meta.stage"] == stage)]
 
 
 def best_row(runs, stage: str = "demo", metric: str = "test/best/pgd20") -> tuple[str, float]:
     """The row with the highest mean `metric` over its seeds among the stage's finished trials (the table's
     best row by PGD-20) and that mean."""
     col = f"metric.{metric}"
-    trials = runs[(runs["meta.kind"] == "trial") & (runs["meta.stage"] == stage)]
+    trials = _trials(runs, stage)
     if col not in trials or trials[col].isna().all():
         raise SweepError(f"no trial of stage {stage!r} has {metric}: nothing to rank the rows by")
     means = trials.groupby("meta.row")[col].mean().dropna()
@@ -62,7 +65,7 @@ def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
     e = cfg.eval
     runs = load_mlflow_runs([name], uri)
     row, mean = best_row(runs)
-    trials = runs[(runs["meta.kind"] == "trial") & (runs["meta.stage"] == "demo") & (runs["meta.row"] == row)]
+    trials = _trials(runs)[lambda t: t["meta.row"] == row]
     seeds = sorted(int(s) for s in trials["meta.seed"] if e.autoattack_seeds is None or int(s) in e.autoattack_seeds)
     tracker = Tracker(uri, name, artifact_root=paths.workdir / "mlartifacts",
                       spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
