@@ -92,3 +92,19 @@ def test_equivalents_count_up_to_five_percent_and_a_killed_one_is_a_problem(monk
     assert s.equivalents == 2 and s.killed == 36 and s.survived == 2
     assert s.score == pytest.approx(100 * 36 / 38, abs=0.05)
     assert any("not equivalent" in p for p in s.problems) and any("at most 2" in p for p in s.problems)
+
+
+def test_a_budget_stop_is_reported_as_stopped_not_as_a_mutmut_failure(tmp_path):
+    """Past the budget the runner sends Ctrl-C, then kills a mutmut that is still in a long test: the run is
+    scored (the rest 'not checked'), not reported as a mutmut failure."""
+    fake = tmp_path / "mutmut"
+    fake.write_text("#!/usr/bin/env python3\nimport signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                    "print('working', flush=True)\ntime.sleep(60)\n")
+    fake.chmod(0o755)
+    log = (tmp_path / "log").open("w")
+    rc, wall, said, stopped = mu.run_mutmut(["run"], budget=1.0, log=log, grace=0.5, mutmut=fake)
+    assert stopped and rc == -9 and wall < 30 and said == ["working"]
+    quick = tmp_path / "quick"
+    quick.write_text("#!/usr/bin/env python3\nprint('done')\n")
+    quick.chmod(0o755)
+    assert mu.run_mutmut(["run"], budget=30.0, log=log, mutmut=quick)[::3] == (0, False)
