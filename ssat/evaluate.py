@@ -198,7 +198,8 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", 
     return model, cfg, ck
 
 
-def test_images(cfg, n: int | None, device, data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor, str]:
+def first_test_images(cfg, n: int | None, device,
+                      data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor, str]:
     """The first n test images of cfg's dataset (all when n is None) as float (n, C, H, W) in [0, 1] and labels
     (n,) on `device`, with the protocol's subset name ("full" or "first<n>")."""
     from .datasets import load_arrays, to_float
@@ -233,7 +234,7 @@ def main(argv=None) -> int:
         return 2
     if not ck["verified"]:
         print(f"warning: {args.checkpoint} has no checksum sidecar: loaded unverified (weights only)", file=sys.stderr)
-    x, y, subset = test_images(cfg, args.n, device, args.data_root)
+    x, y, subset = first_test_images(cfg, args.n, device, args.data_root)
     res = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=ck.get("kind", "best"), pgd_steps=cfg.eval.pgd_steps,
                          autoattack=args.autoattack, autoattack_n=args.autoattack_n, subset=subset)
     head = {"checkpoint": str(args.checkpoint), "verified": ck["verified"]}

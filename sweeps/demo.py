@@ -59,7 +59,7 @@ def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
     import torch
 
     from analysis.collect import load_mlflow_runs
-    from ssat.evaluate import evaluate_model, flatten_results, load_checkpoint_model, test_images
+    from ssat.evaluate import evaluate_model, first_test_images, flatten_results, load_checkpoint_model
     from ssat.runtime import threads
 
     e = cfg.eval
@@ -79,7 +79,7 @@ def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
                 log(f"  {row} seed {run['meta.seed']}: {ckpt} checkpoint has AutoAttack already")
                 continue
             model, ck_cfg, _ = load_checkpoint_model(paths.sweep_dir / "artifacts" / run["meta.key"] / f"{ckpt}.pt")
-            x, y, _ = test_images(ck_cfg, e.autoattack_n, torch.device("cpu"))
+            x, y, _ = first_test_images(ck_cfg, e.autoattack_n, torch.device("cpu"))
             # channels_last as in training (1.8x for the CNN's attacks on a CPU); every core: the trials are done
             model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
             with threads(os.cpu_count()):

@@ -47,6 +47,7 @@ def test_the_best_row_is_the_best_mean_over_seeds_not_the_best_single_run():
     # b has the best single run (80) but a mean of 50; a's mean is 70; c has one seed missing its result
     runs = _runs({("a", 0): 70.0, ("a", 1): 70.0, ("b", 0): 80.0, ("b", 1): 20.0, ("c", 0): 65.0, ("c", 1): None})
     assert best_row(runs) == ("a", 70.0)
+    assert best_row(runs, stage="search") == ("other", 98.0)  # the stage asked for, trials only (not the teacher)
     # a missing result is left out of its row's mean, not read as 0: c's single 75 beats a's 70
     assert best_row(_runs({("a", 0): 70.0, ("c", 0): 75.0, ("c", 1): None})) == ("c", 75.0)
 

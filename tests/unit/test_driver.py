@@ -153,8 +153,8 @@ def test_rows_keeps_the_named_grid_rows_in_the_specs_order():
 
 
 def test_rows_refuses_an_unknown_row_or_a_search_spec_naming_the_allowed_rows():
-    with pytest.raises(SpecError, match=r"--rows: \['d'\] not rows of this grid; allowed: a, b, c"):
-        parse_spec(_grid_raw(), rows=["a", "d"])
+    with pytest.raises(SpecError, match=r"^my.yaml: --rows: \['d'\] not rows of this grid; allowed: a, b, c"):
+        parse_spec(_grid_raw(), "my.yaml", rows=["a", "d"])
     with pytest.raises(SpecError, match="--rows: .*allowed: a, b, c"):
         parse_spec(_grid_raw(), rows=[])
     with pytest.raises(SpecError, match="--rows: this spec has a search"):

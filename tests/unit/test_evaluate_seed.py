@@ -4,7 +4,11 @@ stream where it was (how often one validates cannot change the training)."""
 import torch
 import torch.nn as nn
 
+from ssat.config import from_dict
+from ssat.datasets import load_arrays
 from ssat.evaluate import evaluate_model, pgd_accuracy
+from ssat.evaluate import first_test_images
+from ssat.presets import preset
 
 
 def _setup():
@@ -36,3 +40,22 @@ def test_evaluating_draws_nothing_from_the_default_generator():
     again = evaluate_model(model, x, y, eps=0.3, checkpoint="val", pgd_steps=(10, 20), autoattack=False,
                            batch_size=100, log=lambda s: None)
     assert [res[k]["acc"] for k in ("pgd10", "pgd20")] == [again[k]["acc"] for k in ("pgd10", "pgd20")]
+
+
+def test_the_default_seed_is_0():
+    model, x, y = _setup()
+    default = pgd_accuracy(model, x, y, eps=0.3, steps=1, batch_size=64)[0]
+    assert default == pgd_accuracy(model, x, y, eps=0.3, steps=1, batch_size=64, seed=0)[0]
+    assert default != pgd_accuracy(model, x, y, eps=0.3, steps=1, batch_size=64, seed=1)[0]
+
+
+def test_test_images_are_the_first_n_test_images_as_floats_with_their_subset_name():
+    cfg = from_dict(preset("mnist5k-ssat-mbi"))
+    arrays = load_arrays("mnist5k")
+    x, y, subset = first_test_images(cfg, 7, torch.device("cpu"))
+    assert subset == "first7" and x.dtype == torch.float32 and x.shape == (7, 1, 28, 28)
+    assert torch.equal(x, arrays.x_test[:7].float() / 255.0) and torch.equal(y, arrays.y_test[:7])
+    n = len(arrays.x_test)
+    for asked in (None, n, n + 5):  # all of them, by default or when asked for as many or more
+        x, y, subset = first_test_images(cfg, asked, torch.device("cpu"))
+        assert subset == "full" and len(x) == len(y) == n
