@@ -28,8 +28,12 @@ def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, pare
 
     cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_run_id,
                           artifact_root=str(paths.workdir / "mlartifacts"))
+    # A killed driver resumes from Tune's last saved experiment state, which may name a trial's previous
+    # checkpoint: keep two, and save that state at least every second ("auto" let it lag by several epochs, and
+    # a resume then asked for a checkpoint num_to_keep=1 had deleted).
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
     return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback(total, total_epochs)],
-                          checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                          checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                           failure_config=tune.FailureConfig(max_failures=max_failures), verbose=0)
 
 

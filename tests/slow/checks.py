@@ -173,8 +173,8 @@ def assert_sweep_in_storage(context: dict, trials: int, epochs: int) -> dict:
     assert len(trial_dirs) == trials, sorted(p.name for p in grid.iterdir())
     for trial_dir in trial_dirs:
         checkpoints = sorted(trial_dir.glob("checkpoint_*"))
-        assert len(checkpoints) == 1, (trial_dir, checkpoints)  # CheckpointConfig(num_to_keep=1)
-        assert {"best.pt", "last.pt"} <= {p.name for p in checkpoints[0].iterdir()}, checkpoints[0]
+        assert len(checkpoints) == min(2, epochs), (trial_dir, checkpoints)  # CheckpointConfig(num_to_keep=2)
+        assert {"best.pt", "last.pt"} <= {p.name for p in checkpoints[-1].iterdir()}, checkpoints[-1]
         lines = (trial_dir / "result.json").read_text().splitlines()
         assert [json.loads(line)["epoch"] for line in lines] == list(range(1, epochs + 1)), trial_dir
     return state
