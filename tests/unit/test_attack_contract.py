@@ -219,6 +219,11 @@ def test_a_generator_gives_the_start_and_the_default_stream_is_left_alone():
     assert torch.equal(torch.get_rng_state(), before)
 
 
+def test_the_start_keeps_the_images_dtype():
+    for init in ("uniform", "normal"):  # a half-precision batch gets a half-precision start, not a float32 one
+        assert start_point(torch.full((2, 3), 0.5, dtype=torch.float16), 0.1, init).dtype == torch.float16
+
+
 def test_start_point_is_clamped_to_the_box():
     torch.manual_seed(0)
     for value, bound in ((0.0, 0.0), (1.0, 1.0)):
