@@ -198,16 +198,22 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", 
     return model, cfg, ck
 
 
-def first_test_images(cfg, n: int | None, device,
-                      data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """The first n test images of cfg's dataset (all when n is None) as float (n, C, H, W) in [0, 1] and labels
-    (n,) on `device`, with the protocol's subset name ("full" or "first<n>")."""
-    from .datasets import load_arrays, to_float
+def first_n_test(arrays, n: int | None, device) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """The first n test images of `arrays` (all when n is None) as float (n, C, H, W) in [0, 1] and labels (n,)
+    on `device`, with the protocol's subset name ("full" or "first<n>")."""
+    from .datasets import to_float
 
-    arrays = load_arrays(cfg.data.dataset, data_root or cfg.data.root)
     n = len(arrays.x_test) if n is None else min(n, len(arrays.x_test))
     subset = "full" if n == len(arrays.x_test) else f"first{n}"
     return to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device), subset
+
+
+def first_test_images(cfg, n: int | None, device,
+                      data_root: str | None = None) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """first_n_test of cfg's dataset, loaded from data_root (default cfg.data.root)."""
+    from .datasets import load_arrays
+
+    return first_n_test(load_arrays(cfg.data.dataset, data_root or cfg.data.root), n, device)
 
 
 def main(argv=None) -> int:

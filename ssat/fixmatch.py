@@ -181,14 +181,13 @@ def _views(x_l_uint8: torch.Tensor, xu: torch.Tensor, ul_batches: "_Cycler | Non
 
 def _test_protocol(model: nn.Module, arrays: Arrays, cfg, device, log: Log) -> dict:
     """The FixMatch row of the main table: the same test protocol as every other model."""
-    from .evaluate import evaluate_model
+    from .evaluate import evaluate_model, first_n_test
 
     e = cfg.eval
-    n = len(arrays.x_test) if e.test_n is None else min(e.test_n, len(arrays.x_test))
-    x, y = to_float(arrays.x_test[:n]).to(device), arrays.y_test[:n].to(device)
+    x, y, subset = first_n_test(arrays, e.test_n, device)
     test = evaluate_model(model, x, y, eps=cfg.eps, checkpoint="teacher", pgd_steps=e.pgd_steps,
                           autoattack=e.autoattack, autoattack_n=e.autoattack_n, batch_size=e.batch_size,
-                          subset="full" if n == len(arrays.x_test) else f"first{n}", log=log)
+                          subset=subset, log=log)
     log("teacher test: " + "  ".join(f"{a} {r['acc']:.2f}%" for a, r in test.items()))
     return test
 

@@ -415,12 +415,11 @@ class Trainer:
     def final_evaluation(self, checkpoints=None) -> dict[str, dict]:
         """The test protocol on the checkpoints (default eval.checkpoints: best and last):
         {ckpt: {attack: {"acc", "protocol"}}}."""
-        from .evaluate import load_checkpoint_model
+        from .evaluate import first_n_test, load_checkpoint_model
 
         e = self.cfg.eval
-        n = len(self.arrays.x_test) if e.test_n is None else min(e.test_n, len(self.arrays.x_test))
-        x, y = self._prep(to_float(self.arrays.x_test[:n]).to(self.device)), self.arrays.y_test[:n].to(self.device)
-        subset = "full" if n == len(self.arrays.x_test) else f"first{n}"
+        x, y, subset = first_n_test(self.arrays, e.test_n, self.device)
+        x, n = self._prep(x), len(x)
         kinds = checkpoints or e.checkpoints
         aa_here = e.autoattack and (e.autoattack_seeds is None or self.cfg.seed in e.autoattack_seeds)
         self.log(f"final evaluation: {'/'.join(kinds)} checkpoint on {n:,} test images, "
