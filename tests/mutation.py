@@ -14,6 +14,7 @@ import argparse
 import ast
 import fcntl
 import fnmatch
+import gc
 import hashlib
 import json
 import os
@@ -314,11 +315,24 @@ def refresh_stats(now: dict[str, str]) -> str:
 
 # ---- a pytest plugin for the mutants' runs ([tool.mutmut] pytest_add_cli_args: -p tests.mutation) ----
 
+def in_mutant_run() -> bool:
+    return "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
+
+
+def pytest_configure(config) -> None:
+    """In a mutant's run (a child forked from mutmut's fork server): freeze the objects the child
+    inherited, so that garbage collection skips the fork server's heap (torch, ray, mlflow, the
+    collected tests). pytest collects twice at exit (its unraisable-exception check); on that heap the
+    two took 0.6-0.7 s of a child's 0.9 s for a test of 0.03 s, and wrote to every inherited page."""
+    if in_mutant_run():
+        gc.freeze()
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
     """In a mutant's run: the test files in order of their recorded time, cheapest first, so that a
     killed mutant dies on a fast test (mutmut hands the tests over as an unordered set; it stops at
     the first failure). A file's tests stay together and in order: module fixtures are built once."""
-    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+    if not in_mutant_run():
         return
     try:
         durations = json.loads(Path("mutmut-stats.json").read_text())["duration_by_test"]

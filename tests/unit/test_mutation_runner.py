@@ -108,3 +108,42 @@ def test_a_budget_stop_is_reported_as_stopped_not_as_a_mutmut_failure(tmp_path):
     quick.write_text("#!/usr/bin/env python3\nprint('done')\n")
     quick.chmod(0o755)
     assert mu.run_mutmut(["run"], budget=30.0, log=log, mutmut=quick)[::3] == (0, False)
+
+
+def test_a_mutant_run_freezes_the_inherited_heap_and_a_plain_run_does_not(monkeypatch):
+    """The plugin's pytest_configure: gc.freeze() in a mutant's child only (a plain pytest run keeps its gc)."""
+    import gc
+    assert gc.get_freeze_count() == 0
+    monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    mu.pytest_configure(None)
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "stats")
+    mu.pytest_configure(None)
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "ssat.schedules.x_f__mutmut_1")
+    try:
+        mu.pytest_configure(None)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
+class _Item:
+    def __init__(self, nodeid, line):
+        self.nodeid, self.location = nodeid, ("", line, "")
+
+
+def test_a_mutant_runs_the_cheapest_test_file_first_keeping_each_file_in_order(tmp_path, monkeypatch):
+    durations = {"tests/unit/a.py::t1": 5.0, "tests/unit/a.py::t2": 1.0,
+                 "tests/unit/b.py::t1": 0.5, "tests/unit/b.py::t2": 0.25}
+    (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": durations}))
+    monkeypatch.chdir(tmp_path)
+    items = [_Item("tests/unit/a.py::t1", 3), _Item("tests/unit/a.py::t2", 9),
+             _Item("tests/unit/b.py::t2", 8), _Item("tests/unit/b.py::t1", 2)]
+    monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
+    mu.pytest_collection_modifyitems(None, None, items)
+    assert [i.nodeid for i in items][0] == "tests/unit/a.py::t1"  # a plain run keeps pytest's order
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "ssat.schedules.x_f__mutmut_1")
+    mu.pytest_collection_modifyitems(None, None, items)
+    assert [i.nodeid for i in items] == ["tests/unit/b.py::t1", "tests/unit/b.py::t2",
+                                          "tests/unit/a.py::t1", "tests/unit/a.py::t2"]
