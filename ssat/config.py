@@ -556,8 +556,7 @@ def scale_epochs(d: dict, epochs: int) -> dict:
 
     d.setdefault("optim", {})["epochs"] = epochs
     att = d.setdefault("attack", {})
-    if att.get("t", AttackConfig.t) is not None:
-        att["t"] = sc(att.get("t", AttackConfig.t))
+    att["t"] = sc(att.get("t", AttackConfig.t))  # None (no schedule length) stays None
     meth = d.setdefault("method", {})
     if meth.get("rho_double_epoch") is not None:
         meth["rho_double_epoch"] = sc(meth["rho_double_epoch"])

@@ -131,6 +131,11 @@ def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
             be.copy_(bm)
 
 
+def percent(acc: float | None) -> str:
+    """An accuracy in % as printed (two decimals); "n/a" when there is none (no validation images)."""
+    return "n/a" if acc is None else f"{acc:.2f}%"
+
+
 def _plain(x):
     """Provenance values as plain Python (loadable with weights_only=True)."""
     if isinstance(x, dict):
@@ -269,9 +274,8 @@ def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, fli
     y_u = arrays.y_train[torch.from_numpy(split.unlabeled)]
     pl_acc = _accuracy(logits_u, y_u) if len(y_u) else None
     val_acc = best_acc if math.isfinite(best_acc) else None
-    pct = lambda v: "n/a" if v is None else f"{v:.2f}%"  # noqa: E731
-    log(f"teacher: selected step {best_step} (val acc {pct(val_acc)}), pseudo-label acc on the {len(y_u)} unlabeled "
-        f"images {pct(pl_acc)}, training {train_seconds:.1f}s "
+    log(f"teacher: selected step {best_step} (val acc {percent(val_acc)}), pseudo-label acc on the {len(y_u)} unlabeled "
+        f"images {percent(pl_acc)}, training {train_seconds:.1f}s "
         f"({train_cpu_seconds:.1f}s of CPU)")
 
     t1 = time.perf_counter()

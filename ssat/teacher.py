@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 
 from .datasets import Arrays, Split, split_for
-from .fixmatch import teacher_key, train_teacher
+from .fixmatch import percent, teacher_key, train_teacher
 from .models import create_model
 from .pseudo_labels import PseudoLabelError, TeacherOutputs, load_teacher_outputs
 from .storage import CorruptFileError
@@ -155,40 +155,30 @@ def load_teacher_model(outputs: TeacherOutputs, num_classes: int, in_channels: i
 
 # ---- CLI -------------------------------------------------------------------------------------
 def main(argv=None) -> int:
-    from .config import ConfigError, from_dict, parse_overrides
+    from .cli import add_config_args, config_from_args
+    from .config import ConfigError
     from .datasets import DataError
-    from .presets import PRESETS, preset, teacher_preset
 
-    ap = argparse.ArgumentParser(prog="python -m ssat.teacher",
-                                 description="Train (or find in the cache) the FixMatch teacher of a split and store "
-                                             "its pseudo-labels: the logits of every unlabeled image, which the "
-                                             "student runs of that split read (Algorithm 1, lines 1-3).")
-    ap.add_argument("--preset", default="mnist5k-ssat-mbi", help=f"one of: {', '.join(sorted(PRESETS))}")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="dotted overrides, e.g. teacher.steps=500")
-    ap.add_argument("--teacher-dir", default=None, help="cache root (default $SSAT_TEACHER_DIR or ./runs/teachers)")
-    ap.add_argument("--data-root", default=None)
-    ap.add_argument("--force", action="store_true", help="train again even if the teacher is cached")
+    ap = argparse.ArgumentParser(prog="python -m ssat.teacher",  # pragma: no mutate
+                                 description="Train (or find in the cache) the FixMatch teacher of a split and store "  # pragma: no mutate
+                                             "its pseudo-labels: the logits of every unlabeled image, which the "  # pragma: no mutate
+                                             "student runs of that split read (Algorithm 1, lines 1-3).")  # pragma: no mutate
+    add_config_args(ap, "teacher.steps=500")
+    ap.add_argument("--teacher-dir", default=None,
+                    help="cache root (default $SSAT_TEACHER_DIR or ./runs/teachers)")  # pragma: no mutate
+    ap.add_argument("--force", action="store_true",
+                    help="train again even if the teacher is cached")  # pragma: no mutate
     args = ap.parse_args(argv)
     try:
-        d = preset(args.preset)
-        if "teacher" not in d:  # the student presets may not carry a teacher section yet
-            d["teacher"] = teacher_preset(d.get("data", {}).get("dataset", "mnist5k"))
-        over = parse_overrides(args.set)
-        if args.data_root:
-            over["data.root"] = args.data_root
-        if args.teacher_dir:
-            over["data.teacher_dir"] = args.teacher_dir
-        cfg = from_dict(d, over)
-        made = ensure_teacher(cfg, log=print, force=args.force)
+        cfg = config_from_args(args, **{"data.teacher_dir": args.teacher_dir})
+        made = ensure_teacher(cfg, force=args.force)
     except (ConfigError, KeyError, DataError, PseudoLabelError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     prov = made.provenance
-    fmt = lambda v: "n/a" if v is None else f"{v:.2f}%"  # noqa: E731
-    print(f"teacher val acc {fmt(prov['val_acc'])} (step {prov['selected_step']}/{prov['steps']}), "
-          f"pseudo-label acc {fmt(prov['pseudo_label_acc'])} on {prov['n_unlabeled_student']} unlabeled images, "
-          f"training {prov['train_seconds']:.1f}s")
+    print(f"teacher val acc {percent(prov['val_acc'])} (step {prov['selected_step']}/{prov['steps']}), "
+          f"pseudo-label acc {percent(prov['pseudo_label_acc'])} on {prov['n_unlabeled_student']} unlabeled "
+          f"images, training {prov['train_seconds']:.1f}s")
     print("teacher test: " + "  ".join(f"{a} {v:.2f}%" for a, v in prov["test_metrics"].items()))
     print(f"teacher: {made.path}")
     return 0

@@ -555,26 +555,22 @@ def _progress(epoch: int, total: int, m: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from .config import ConfigError, from_dict, parse_overrides, scale_epochs
-    from .presets import PRESETS, preset
+    from .cli import add_config_args, config_from_args
+    from .config import ConfigError
 
-    ap = argparse.ArgumentParser(prog="python -m ssat.train", description="Train one SSAT-MBI configuration.")
-    ap.add_argument("--preset", default="mnist5k-ssat-mbi", help=f"one of: {', '.join(sorted(PRESETS))}")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="dotted overrides, e.g. method.beta=0.5")
-    ap.add_argument("--epochs", type=int, default=None, help="rescale every epoch number to N epochs")
-    ap.add_argument("--data-root", default=None)
-    ap.add_argument("--download", action="store_true", help="fetch the dataset into --data-root first (explicit)")
-    ap.add_argument("--out", default=None, help="output folder (default runs/<preset>-seed<seed>)")
-    ap.add_argument("--no-final-eval", action="store_true")
+    ap = argparse.ArgumentParser(prog="python -m ssat.train",  # pragma: no mutate
+                                 description="Train one SSAT-MBI configuration.")  # pragma: no mutate
+    add_config_args(ap, "method.beta=0.5")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="rescale every epoch number to N epochs")  # pragma: no mutate
+    ap.add_argument("--download", action="store_true",
+                    help="fetch the dataset into --data-root first (explicit)")  # pragma: no mutate
+    ap.add_argument("--out", default=None, help="output folder (default runs/<preset>-seed<seed>)")  # pragma: no mutate
+    ap.add_argument("--no-final-eval", action="store_true",
+                    help="skip the test-set evaluation after training")  # pragma: no mutate
     args = ap.parse_args(argv)
     try:
-        d = preset(args.preset)
-        if args.epochs:
-            d = scale_epochs(d, args.epochs)
-        over = parse_overrides(args.set)
-        if args.data_root:
-            over["data.root"] = args.data_root
-        cfg = from_dict(d, over)
+        cfg = config_from_args(args, epochs=args.epochs)
     except (ConfigError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

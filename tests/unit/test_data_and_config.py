@@ -44,6 +44,15 @@ def test_labeled_index_export_import(tmp_path):
     assert np.array_equal(again.labeled, s.labeled)
     with pytest.raises(DataError, match="indices must lie in"):
         make_split("mnist5k", y, split_seed=0, labeled_idx=np.array([0, 1, 50_000]))
+    with pytest.raises(DataError, match="non-empty 1-D array"):
+        make_split("mnist5k", y, split_seed=0, labeled_idx=np.array([], dtype=np.int64))
+    assert make_split("mnist5k", y, split_seed=0, labeled_idx=np.array([7])).labeled.tolist() == [7]
+
+
+def test_a_split_describes_itself_by_its_counts():
+    s = make_split("mnist5k", load_arrays("mnist5k").y_train, split_seed=3)
+    assert s.describe() == {"dataset": "mnist5k", "split_seed": 3, "hash": s.hash, "n_labeled": 100,
+                            "n_val": 500, "n_unlabeled": len(s.unlabeled)}
 
 
 def test_augment_is_reproducible_from_its_generator():
@@ -53,6 +62,10 @@ def test_augment_is_reproducible_from_its_generator():
     a2 = augment(x, torch.Generator().manual_seed(0))
     assert torch.equal(a1, a2) and a1.shape == x.shape
     assert not torch.equal(a1, augment(x, torch.Generator().manual_seed(1)))
+    # flips by default: with no crop (pad 0) a view is the image or its mirror, and both occur
+    views = augment(x, torch.Generator().manual_seed(0), pad=0)
+    mirrored = [torch.equal(v, xi.flip(-1)) for v, xi in zip(views, x)]
+    assert all(m or torch.equal(v, xi) for m, v, xi in zip(mirrored, views, x)) and 0 < sum(mirrored) < len(x)
 
 
 def test_config_errors_name_field_value_and_allowed():
@@ -73,6 +86,22 @@ def test_scale_epochs_rule_and_refusal():
     from_dict(d)
     with pytest.raises(ConfigError, match="collide after scaling"):
         scale_epochs(preset("cifar10-ssat-mbi"), 3)
+    # sections that are absent get the defaults' numbers; swa_start scales too (0 allowed)
+    bare = scale_epochs({}, 50)
+    assert bare["optim"]["epochs"] == 50 and from_dict(bare).optim.epochs == 50
+    d = scale_epochs({"optim": {"epochs": 10, "swa_start": 5, "lr_milestones": [8], "lr_factors": [0.1]},
+                      "attack": {"t": None}}, 20)
+    assert (d["optim"]["swa_start"], d["optim"]["lr_milestones"], d["attack"]["t"]) == (10, [16], None)
+    assert scale_epochs({"optim": {"epochs": 10, "swa_start": 0, "lr_milestones": []}}, 20)["optim"]["swa_start"] == 0
+
+
+def test_overrides_keep_an_equals_sign_in_the_value_and_suggest_any_key():
+    from ssat.config import parse_overrides
+    assert parse_overrides(["data.root=/a=b", "method.beta=0.5"]) == {"data.root": "/a=b", "method.beta": 0.5}
+    with pytest.raises(ConfigError, match="did you mean 'seed'"):
+        from_dict({}, {"sed": 1})
+    with pytest.raises(ConfigError, match="did you mean 'optim.lr'"):
+        from_dict({}, {"optm.lr": 0.1})
 
 
 def test_every_preset_validates_and_keeps_its_values():

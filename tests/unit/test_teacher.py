@@ -18,7 +18,8 @@ from ssat.augment_strong import cutout, strong_augment, weak_augment
 from ssat.config import from_dict
 from ssat.datasets import DATASET_INFO, load_arrays, split_for, to_float
 from ssat.presets import preset, teacher_preset
-from ssat.pseudo_labels import PseudoLabelError
+from ssat.models import create_model
+from ssat.pseudo_labels import PseudoLabelError, TeacherOutputs
 from ssat.storage import load_verified
 
 TINY = {"data.n_unlabeled": 150, "data.n_val": 60, "teacher.steps": 3, "teacher.eval_every": 2,
@@ -376,9 +377,39 @@ def test_user_pseudo_labels_are_checked(tmp_path, counted):
         T.resolve_teacher(missing, arrays, split, log=lambda s: None)
     good_file = _user_file(tmp_path, "good.pt", {"probs": probs, "split_hash": split.hash})
     good = cfg.replace(**{"data.pseudo_labels": good_file})
-    out = T.resolve_teacher(good, arrays, split, log=lambda s: None)
+    said = []
+    out = T.resolve_teacher(good, arrays, split, log=said.append)
     torch.testing.assert_close(out.probabilities(), probs, rtol=1e-4, atol=1e-6)
     assert out.model_state is None and counted == []  # a user's teacher is never trained over
+    assert said == [f"teacher: user-provided pseudo-labels {good_file} (({n}, 10), without weights, "
+                    "UNVERIFIED: no .sha256 sidecar)"]
+    # a checksummed file with weights (a teacher file the user points at) says so
+    weighted = tmp_path / "weighted.pt"
+    model = create_model("cnn-small", 10, 1)
+    TeacherOutputs(torch.log(probs), split.hash, "cnn-small", model.state_dict()).save(weighted)
+    said.clear()
+    T.resolve_teacher(cfg.replace(**{"data.pseudo_labels": str(weighted)}), arrays, split, log=said.append)
+    assert said == [f"teacher: user-provided pseudo-labels {weighted} (({n}, 10), with weights, verified)"]
+
+
+def test_a_cache_file_without_weights_or_its_key_is_not_used_and_weights_need_a_model_name(tmp_path):
+    cfg = tiny(tmp_path)
+    arrays, split = split_for(cfg)
+    logits = torch.randn(len(split.unlabeled), 10)
+    state = create_model("cnn-small", 10, 1).state_dict()
+    path = T.teacher_path(cfg, split)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = T.teacher_key(cfg, split)
+    for model_name, weights, prov_key in (("cnn-small", None, key), ("cnn-small", state, "another-key")):
+        TeacherOutputs(logits, split.hash, model_name, weights, provenance={"key": prov_key}).save(path)
+        said = []
+        assert T.load_cached_teacher(cfg, split, 10, log=said.append) is None
+        assert said and "does not carry key" in said[0]
+    TeacherOutputs(logits, split.hash, "cnn-small", state, provenance={"key": key}).save(path)
+    assert T.load_cached_teacher(cfg, split, 10, log=lambda s: None) is not None
+    for name, weights in ((None, state), ("cnn-small", None)):
+        with pytest.raises(ValueError, match="carry no weights"):
+            T.load_teacher_model(TeacherOutputs(logits, split.hash, name, weights), 10, 1)
 
 
 # ---- AWR: the frozen teacher network ---------------------------------------------------------
@@ -398,18 +429,26 @@ def test_awr_gets_weights_that_load_and_reproduce_the_logits(tmp_path):
 
 
 def test_cli_trains_then_finds_the_teacher(tmp_path, capsys):
-    args = ["--preset", "mnist5k-ssat-mbi", "--teacher-dir", str(tmp_path / "t"), "--set"]
-    args += [f"{k}={v}" for k, v in TINY.items()]
-    assert T.main(args) == 0
+    """No --preset means mnist5k-ssat-mbi (the explicit call finds its cache); --force trains again."""
+    sets = ["--teacher-dir", str(tmp_path / "t"), "--set"] + [f"{k}={v}" for k, v in TINY.items()]
+    assert T.main(sets) == 0
     first = capsys.readouterr().out
     assert "pseudo-label acc" in first and "val acc" in first and "teacher step 3/3" in first
-    assert T.main(args) == 0
+    assert T.main(["--preset", "mnist5k-ssat-mbi", *sets]) == 0
     second = capsys.readouterr().out
     assert "teacher step" not in second and "cached" in second
     path = first.strip().splitlines()[-1].split("teacher: ", 1)[1]
     assert os.path.exists(path) and path == second.strip().splitlines()[-1].split("teacher: ", 1)[1]
+    assert path.startswith(str(tmp_path / "t")) and os.path.exists(path + ".lock")  # the writers' lock, beside it
+    assert f"teacher: stored {path}" in first and f"teacher: cached {path}" in second
+    assert T.main(["--force", *sets]) == 0
+    assert "teacher step 3/3" in capsys.readouterr().out
     assert T.main(["--preset", "mnist5k-ssat-mbi", "--set", "teacher.stpes=3"]) == 2
     assert "teacher.stpes" in capsys.readouterr().err
+
+
+def test_percent_prints_two_decimals_or_n_a():
+    assert (FM.percent(None), FM.percent(97.126), FM.percent(0.0)) == ("n/a", "97.13%", "0.00%")
 
 
 def test_a_diverging_teacher_is_stopped(tmp_path):

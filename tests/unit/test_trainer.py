@@ -1,5 +1,6 @@
 """The trainer on a tiny MNIST-5k split: exact resume, checkpoints, per-epoch metrics, faults."""
 import json
+import math
 
 import pytest
 import torch
@@ -9,7 +10,8 @@ from ssat.datasets import split_for
 from ssat.models import create_model
 from ssat.presets import preset
 from ssat.pseudo_labels import TeacherOutputs
-from ssat.storage import CorruptFileError
+from ssat import faults
+from ssat.storage import CorruptFileError, load_verified
 from ssat.train import Trainer, TrainingDiverged
 
 TINY = {"data.n_unlabeled": 120, "data.n_val": 60, "optim.epochs": 3, "attack.t": 2, "optim.lr_milestones": [3],
@@ -52,6 +54,10 @@ def test_resume_is_bit_identical(tmp_path, method):
     assert strip(resumed.history) == strip(straight.history)
     for k, v in straight.model.state_dict().items():
         assert torch.equal(v, resumed.model.state_dict()[k]), k
+    if straight.swa is not None:  # the AWR runs' weight average resumes too (its count and its weights)
+        assert int(straight.swa.n_averaged) == 2
+        for k, v in straight.swa.state_dict().items():
+            assert torch.equal(v, resumed.swa.state_dict()[k]), k
 
 
 def test_metrics_follow_the_schedule_and_checkpoints_exist(tmp_path):
@@ -83,9 +89,54 @@ def test_nan_loss_stops_with_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("SSAT_FAULT", "nan@2")
     cfg = tiny()
     tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
-    with pytest.raises(TrainingDiverged, match="epoch 2"):
+    with pytest.raises(TrainingDiverged, match=r"at epoch 2 \(detected at step 1\)"):
         tr.fit()
     assert tr.epoch == 1
+
+
+def test_an_injected_fault_fires_at_its_epoch_and_step(tmp_path, monkeypatch):
+    """raise@2:1 fires before step 1 of epoch 2: one optimiser step of epoch 2 has been taken by then."""
+    monkeypatch.setenv("SSAT_FAULT", "raise@2:1")
+    cfg = tiny()
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    assert len(list(tr.batches.epoch(torch.Generator().manual_seed(0)))) >= 2
+    with pytest.raises(faults.InjectedFault, match="raise@2:1"):
+        tr.fit()
+    assert tr.epoch == 1
+    after_epoch_1 = load_verified(tmp_path / "last.pt")["model"]
+    moved = [k for k, v in tr.model.state_dict().items() if not torch.equal(v, after_epoch_1[k])]
+    assert moved  # one step of epoch 2 (a fault at step 0 would leave the weights of epoch 1)
+
+
+def test_best_is_the_highest_val_pgd10_and_the_checkpoints_say_what_they_are(tmp_path):
+    cfg = tiny(**{"eval.val_every": 2})
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    hist = tr.fit()
+    assert "val/pgd10" not in hist[0] and {"val/pgd10", "val/clean"} <= set(hist[1]) <= set(hist[2])
+    assert hist[0]["val/best_pgd10"] == -math.inf
+    best = max((1, 2), key=lambda i: (hist[i]["val/pgd10"], hist[i]["val/clean"], -i))
+    assert (tr.best_epoch, tr.best_score, tr.best_clean) == (best + 1, hist[best]["val/pgd10"], hist[best]["val/clean"])
+    assert hist[2]["val/best_pgd10"] == max(hist[1]["val/pgd10"], hist[2]["val/pgd10"])
+    for kind, epoch in (("best", best + 1), ("last", 3)):
+        ckpt = load_verified(tmp_path / f"{kind}.pt")
+        assert (ckpt["kind"], ckpt["epoch"], ckpt["model_name"]) == (kind, epoch, cfg.model.name)
+        assert ckpt["split_hash"] == tr.split.hash and ckpt["config"] == cfg.to_dict()
+
+
+def test_the_optimiser_is_the_configs_sgd(tmp_path):
+    cfg = tiny(**{"optim.weight_decay": 0.0123, "optim.momentum": 0.8, "optim.nesterov": True, "optim.lr": 0.07})
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    (group,) = tr.opt.param_groups
+    assert isinstance(tr.opt, torch.optim.SGD) and len(group["params"]) == len(list(tr.model.parameters()))
+    assert (group["weight_decay"], group["momentum"], group["nesterov"], group["lr"]) == (0.0123, 0.8, True, 0.07)
+
+
+def test_awr_refuses_a_teacher_without_weights(tmp_path):
+    cfg = tiny("mnist5k-ssat-mbi-awr")
+    t = fake_teacher(cfg)
+    labels_only = TeacherOutputs(t.logits, t.split_hash, None, None)
+    with pytest.raises(ValueError, match="teacher's weights"):
+        Trainer(cfg, tmp_path, teacher=labels_only, log=lambda s: None)
 
 
 def test_corrupt_state_is_reported_not_loaded(tmp_path):

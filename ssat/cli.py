@@ -1,0 +1,34 @@
+"""What the `python -m ssat.train` and `python -m ssat.teacher` command lines share: a preset, its dotted
+overrides and the paths given on the command line make one Config."""
+from __future__ import annotations
+
+import argparse
+
+from .config import Config, from_dict, parse_overrides, scale_epochs
+from .presets import PRESETS, preset
+
+DEFAULT_PRESET = "mnist5k-ssat-mbi"
+
+
+def add_config_args(ap: argparse.ArgumentParser, example: str) -> None:
+    """--preset, --set KEY=VALUE ... (`example`: one override, for the help) and --data-root."""
+    ap.add_argument("--preset", default=DEFAULT_PRESET,
+                    help=f"one of: {', '.join(sorted(PRESETS))}")  # pragma: no mutate
+    ap.add_argument("--set", nargs="*", default=[],
+                    metavar="KEY=VALUE", help=f"dotted overrides, e.g. {example}")  # pragma: no mutate
+    ap.add_argument("--data-root", default=None,
+                    help="where the dataset's files are")  # pragma: no mutate
+
+
+def config_from_args(args: argparse.Namespace, epochs: int | None = None, **paths: str | None) -> Config:
+    """The preset, rescaled to `epochs` epochs if given (`scale_epochs`), then the --set overrides, then the
+    paths given on the command line (--data-root as data.root; `paths`: dotted key -> value, None = not given).
+    Raises ConfigError / KeyError (an unknown preset) naming what is wrong."""
+    d = preset(args.preset)
+    if epochs:
+        d = scale_epochs(d, epochs)
+    over = parse_overrides(args.set)
+    for key, value in {"data.root": args.data_root, **paths}.items():
+        if value:
+            over[key] = value
+    return from_dict(d, over)
