@@ -118,7 +118,7 @@ class OptimConfig:
 
 @dataclass
 class EvalConfig:
-    val_every: int = 1
+    val_every: int = 1                 # validate every this many epochs, and at the last two
     batch_size: int = 500
     test_n: int | None = None          # None: the whole test set
     autoattack: bool = True
@@ -485,6 +485,7 @@ def validate(cfg: Config) -> None:
     if o.swa_start is not None:
         _need(0 <= o.swa_start < o.epochs, f"optim.swa_start: {o.swa_start}; allowed: 0..{o.epochs - 1} or None")
     _need(e.batch_size >= 1, f"eval.batch_size: {e.batch_size}; allowed: >= 1")
+    _need(e.val_every >= 1, f"eval.val_every: {e.val_every}; allowed: >= 1")
     _need(e.test_n is None or e.test_n >= 1, f"eval.test_n: {e.test_n}; allowed: >= 1 or None")
     _need(e.autoattack_n is None or e.autoattack_n >= 1, f"eval.autoattack_n: {e.autoattack_n}; allowed: >= 1")
     _need(all(x >= 1 for x in e.pgd_steps), f"eval.pgd_steps: {e.pgd_steps}; allowed: positive integers")

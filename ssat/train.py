@@ -394,7 +394,8 @@ class Trainer:
         for epoch in range(self.epoch + 1, self.cfg.optim.epochs + 1):
             metrics = {"epoch": epoch, **self.train_epoch(epoch)}
             selection = self.selection_model(epoch)
-            if epoch % self.cfg.eval.val_every == 0 or epoch == self.cfg.optim.epochs:
+            # every val_every epochs, and always the last two: the convergence check compares them
+            if epoch % self.cfg.eval.val_every == 0 or epoch >= self.cfg.optim.epochs - 1:
                 metrics.update(self.validate(selection))
             # best = highest validation PGD-10, ties broken by clean accuracy (standard training scores 0 always)
             score = (metrics.get("val/pgd10", -math.inf), metrics.get("val/clean", -math.inf))

@@ -77,6 +77,9 @@ def test_config_errors_name_field_value_and_allowed():
         from_dict({}, {"attack.t": 120})
     with pytest.raises(ConfigError, match="method.K: expected an integer"):
         from_dict({}, {"method.K": "three"})
+    with pytest.raises(ConfigError, match="eval.val_every: 0; allowed: >= 1"):
+        from_dict({}, {"eval.val_every": 0})
+    assert from_dict({}, {"eval.val_every": 1}).eval.val_every == 1
 
 
 def test_scale_epochs_rule_and_refusal():
