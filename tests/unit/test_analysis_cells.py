@@ -388,6 +388,22 @@ def test_latex_and_csv_hold_the_same_cells():
     assert len(csv) == 6 and set(csv["table"]) == {"ablation"}
 
 
+def test_latex_closes_each_group_with_a_bottomrule_before_the_tabular_ends():
+    lines = render_table(_small(), "ablation", "latex").splitlines()
+    end = lines.index(r"\end{tabular}")
+    assert lines[end - 1] == r"\bottomrule" and lines.count(r"\toprule") == lines.count(r"\bottomrule") == 1
+
+
+def test_write_table_writes_every_format_and_the_provenance_with_its_command(tmp_path):
+    from analysis.tables import write_table
+    paths = write_table(_small(), "ablation", tmp_path / "t", command=["python", "-m", "analysis.tables"])
+    assert set(paths) == {"md", "latex", "csv", "provenance"}
+    assert paths["provenance"] == tmp_path / "t" / "ablation.provenance.json"
+    prov = json.loads(paths["provenance"].read_text())
+    assert (prov["table"], prov["command"]) == ("ablation", ["python", "-m", "analysis.tables"])
+    assert paths["md"].read_text() == render_table(_small(), "ablation", "md")
+
+
 def test_compare_paper_puts_the_papers_value_beside_ours():
     md = render_table(_small(), "ablation", "md", compare_paper=True)
     assert "| Clean | Clean (paper) |" in md
