@@ -154,10 +154,8 @@ def load_teacher_model(outputs: TeacherOutputs, num_classes: int, in_channels: i
 
 
 # ---- CLI -------------------------------------------------------------------------------------
-def main(argv=None) -> int:
-    from .cli import add_config_args, config_from_args
-    from .config import ConfigError
-    from .datasets import DataError
+def parser() -> argparse.ArgumentParser:
+    from .cli import add_config_args
 
     ap = argparse.ArgumentParser(prog="python -m ssat.teacher",  # pragma: no mutate
                                  description="Train (or find in the cache) the FixMatch teacher of a split and store "  # pragma: no mutate
@@ -168,7 +166,15 @@ def main(argv=None) -> int:
                     help="cache root (default $SSAT_TEACHER_DIR or ./runs/teachers)")  # pragma: no mutate
     ap.add_argument("--force", action="store_true",
                     help="train again even if the teacher is cached")  # pragma: no mutate
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    from .cli import config_from_args
+    from .config import ConfigError
+    from .datasets import DataError
+
+    args = parser().parse_args(argv)
     try:
         cfg = config_from_args(args, **{"data.teacher_dir": args.teacher_dir})
         made = ensure_teacher(cfg, force=args.force)

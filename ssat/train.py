@@ -555,9 +555,8 @@ def _progress(epoch: int, total: int, m: dict) -> str:
     return " | ".join(parts)
 
 
-def main(argv=None) -> int:
-    from .cli import add_config_args, config_from_args
-    from .config import ConfigError
+def parser() -> argparse.ArgumentParser:
+    from .cli import add_config_args
 
     ap = argparse.ArgumentParser(prog="python -m ssat.train",  # pragma: no mutate
                                  description="Train one SSAT-MBI configuration.")  # pragma: no mutate
@@ -569,7 +568,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="output folder (default runs/<preset>-seed<seed>)")  # pragma: no mutate
     ap.add_argument("--no-final-eval", action="store_true",
                     help="skip the test-set evaluation after training")  # pragma: no mutate
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    from .cli import config_from_args
+    from .config import ConfigError
+
+    args = parser().parse_args(argv)
     try:
         cfg = config_from_args(args, epochs=args.epochs)
     except (ConfigError, KeyError) as exc:

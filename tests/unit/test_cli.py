@@ -2,10 +2,13 @@
 precedence) and `python -m ssat.train`'s main on a tiny run (its outputs, its flags, its errors)."""
 import argparse
 import json
+import shlex
+from pathlib import Path
 
 import pytest
 import torch
 
+from ssat import teacher as T
 from ssat import train as TR
 from ssat.cli import add_config_args, config_from_args
 from ssat.config import ConfigError, from_dict, scale_epochs
@@ -82,3 +85,21 @@ def test_train_cli_trains_writes_its_config_and_evaluates(tmp_path, monkeypatch,
 
     assert TR.main(["--set", "method.bta=1"]) == 2
     assert "method.bta" in capsys.readouterr().err
+
+
+def _readme_commands(module):
+    """The README's `python -m MODULE ...` lines, as argument lists (comments and the prefix removed)."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    lines = [ln.split("#", 1)[0] for ln in text.splitlines() if f"python -m {module} " in ln]
+    return [shlex.split(ln.split(f"python -m {module}", 1)[1]) for ln in lines if not ln.lstrip().startswith("`")]
+
+
+@pytest.mark.parametrize("module", ["ssat.train", "ssat.teacher"])
+def test_the_readmes_commands_make_a_valid_config(module):
+    """What a new user pastes first: each README line parses and makes a Config (nothing is trained)."""
+    mod = {"ssat.train": TR, "ssat.teacher": T}[module]
+    commands = _readme_commands(module)
+    assert commands
+    for argv in commands:
+        args = mod.parser().parse_args(argv)
+        config_from_args(args, epochs=getattr(args, "epochs", None))
