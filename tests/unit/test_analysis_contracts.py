@@ -49,3 +49,28 @@ def test_the_runs_frame_leads_with_its_identifying_columns():
     assert list(df.columns[:6]) == head and list(df.columns[6:]) == sorted(df.columns[6:])
     assert {"alpha", "zeta"} <= set(df.columns[6:])
     assert isinstance(df.index, pd.RangeIndex) and math.isclose(df.loc[0, "start_time"], 5.0)
+
+
+def test_a_run_without_a_kind_is_read_as_a_trial_and_other_kinds_are_not():
+    from analysis.cells import Options, _reads
+    from analysis.specs import get_spec
+    spec, opts = get_spec("ablation"), Options()
+    assert _reads({"meta.table": "ablation"}, spec, opts)
+    assert _reads({"meta.table": "ablation", "meta.kind": "teacher"}, spec, opts)
+    assert not _reads({"meta.table": "ablation", "meta.kind": "sweep"}, spec, opts)
+    assert not _reads({"meta.table": "main"}, spec, opts)
+
+
+def test_rows_found_only_in_runs_are_in_natural_order():
+    from analysis.cells import layout
+    from analysis.specs import get_spec
+    sel = pd.DataFrame({"row": ["rho=0.2", "rho=0.05", "rho=0.1", "rho=0.05"],
+                        "group": ["mnist5k/cnn-small"] * 4})
+    _, blocks, _ = layout(get_spec("rho-sensitivity"), sel)
+    assert blocks == [("rho=0.05", "rho=0.1", "rho=0.2")]
+
+
+def test_a_seed_is_the_tag_else_the_param():
+    from analysis.cells import _seed
+    assert _seed({"meta.seed": 3, "param.seed": 1}) == 3 and _seed({"param.seed": 1}) == 1
+    assert _seed({}) is None
