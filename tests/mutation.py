@@ -128,6 +128,11 @@ def forget_results(module: str, run: list[str]) -> None:
     meta.write_text(json.dumps(data, indent=4))
 
 
+def unchecked(runs: dict[str, list[str]]) -> list[str]:
+    """The planned mutants without a verdict (a budget stop left them): what --continue runs."""
+    return [n for module, run in runs.items() for n in run if exit_codes(module).get(n) is None]
+
+
 def draw(names: list[str]) -> list[str]:
     """The SAMPLE_SIZE names whose seeded hash sorts first: the same sample every run, and an edit elsewhere
     does not redraw it."""
@@ -504,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=3600.0,
                     help="wall-clock seconds for mutmut (default 3600); mutants left then are 'not checked'")
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="mutants run in parallel")
+    ap.add_argument("--continue", dest="resume", action="store_true",
+                    help="go on with a run the budget stopped: the same modules' mutants that have no verdict "
+                         "yet, then the score of the whole plan (the other verdicts and seconds are kept)")
     ap.add_argument("--unreachable", action="store_true",
                     help="list the decorated functions and module-level lambdas that mutmut skips, and stop")
     args = ap.parse_args(argv)
@@ -522,12 +530,16 @@ def main(argv: list[str] | None = None) -> int:
         runs, selectors = plan(modules, args.full, pooled=not args.modules)
         if not runs:
             raise SystemExit(f"no mutants in {', '.join(modules)} (MUTATION.md: what mutmut cannot reach)")
-        for module, run in runs.items():
-            forget_results(module, run)
         debug_log = MUTANTS / "mutmut-debug.log"
-        debug_log.unlink(missing_ok=True)
-        rc, wall, said, stopped = run_mutmut(["run", "--max-children", str(args.max_children), *selectors],
-                                             args.budget, log)
+        if args.resume:
+            selectors = unchecked(runs)
+            print(f"continuing: {len(selectors)} mutants without a verdict", flush=True)
+        else:
+            for module, run in runs.items():
+                forget_results(module, run)
+            debug_log.unlink(missing_ok=True)
+        rc, wall, said, stopped = (run_mutmut(["run", "--max-children", str(args.max_children), *selectors],
+                                              args.budget, log) if selectors else (0, 0.0, [], False))
         if rc != 0 and not stopped:  # stopped by the budget: score what it checked, the rest is "not checked"
             print(f"mutmut failed (exit {rc}); its output is in {LOG.relative_to(ROOT)}", flush=True)
             if any(m in line for line in said for m in ("failed to collect stats", "Failed to run clean test")):

@@ -147,3 +147,14 @@ def test_a_mutant_runs_the_cheapest_test_file_first_keeping_each_file_in_order(t
     mu.pytest_collection_modifyitems(None, None, items)
     assert [i.nodeid for i in items] == ["tests/unit/b.py::t1", "tests/unit/b.py::t2",
                                           "tests/unit/a.py::t1", "tests/unit/a.py::t2"]
+
+
+def test_continue_runs_only_the_planned_mutants_without_a_verdict(meta):
+    meta({"ssat/schedules.py": 4, "ssat/losses.py": 2})
+    path = mu.MUTANTS / "ssat/schedules.py.meta"
+    data = json.loads(path.read_text())
+    data["exit_code_by_key"].update({"ssat.schedules.x_f__mutmut_1": 1, "ssat.schedules.x_f__mutmut_3": 0})
+    path.write_text(json.dumps(data))
+    runs = {"ssat/schedules.py": [f"ssat.schedules.x_f__mutmut_{i}" for i in (1, 2, 3)],
+            "ssat/losses.py": ["ssat.losses.x_f__mutmut_2"]}
+    assert mu.unchecked(runs) == ["ssat.schedules.x_f__mutmut_2", "ssat.losses.x_f__mutmut_2"]

@@ -124,7 +124,9 @@ def test_best_is_the_highest_val_pgd10_and_the_checkpoints_say_what_they_are(tmp
 
 
 def test_the_optimiser_is_the_configs_sgd(tmp_path):
-    cfg = tiny(**{"optim.weight_decay": 0.0123, "optim.momentum": 0.8, "optim.nesterov": True, "optim.lr": 0.07})
+    """The SGD settings reach the optimiser; a GPU memory fraction is ignored on a CPU (setting it needs CUDA)."""
+    cfg = tiny(**{"optim.weight_decay": 0.0123, "optim.momentum": 0.8, "optim.nesterov": True, "optim.lr": 0.07,
+                  "system.cuda_memory_fraction": 0.5})
     tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
     (group,) = tr.opt.param_groups
     assert isinstance(tr.opt, torch.optim.SGD) and len(group["params"]) == len(list(tr.model.parameters()))
