@@ -274,9 +274,8 @@ def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, fli
     y_u = arrays.y_train[torch.from_numpy(split.unlabeled)]
     pl_acc = _accuracy(logits_u, y_u) if len(y_u) else None
     val_acc = best_acc if math.isfinite(best_acc) else None
-    log(f"teacher: selected step {best_step} (val acc {percent(val_acc)}), pseudo-label acc on the {len(y_u)} unlabeled "
-        f"images {percent(pl_acc)}, training {train_seconds:.1f}s "
-        f"({train_cpu_seconds:.1f}s of CPU)")
+    log(f"teacher: selected step {best_step} (val acc {percent(val_acc)}), pseudo-label acc on the {len(y_u)} "
+        f"unlabeled images {percent(pl_acc)}, training {train_seconds:.1f}s ({train_cpu_seconds:.1f}s of CPU)")
 
     t1 = time.perf_counter()
     test = _test_protocol(final, arrays, cfg, device, log)
