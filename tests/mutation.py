@@ -46,6 +46,7 @@ SAMPLED = ("ssat/train.py", "ssat/teacher.py", "ssat/config.py", "ssat/datasets.
 SAMPLE_SIZE = 200
 SAMPLE_SEED = 13
 EQUIVALENT_CAP = 0.05  # at most this share of a module's (run) mutants may be listed as equivalent
+GPU_ONLY = "GPU-only, not run"   # the status of a listed GPU-only mutant: a survivor, not run here
 # One thread per process: torch's pools are not fork-safe and two cores are shared by the workers.
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SPINNER = re.compile(r"^[\u2800-\u28ff] ")
@@ -128,9 +129,9 @@ def forget_results(module: str, run: list[str]) -> None:
     meta.write_text(json.dumps(data, indent=4))
 
 
-def unchecked(runs: dict[str, list[str]]) -> list[str]:
+def unchecked(runs: dict[str, list[str]], gpu_only: frozenset[str] = frozenset()) -> list[str]:
     """The planned mutants without a verdict (a budget stop left them): what --continue runs."""
-    return [n for module, run in runs.items() for n in run if exit_codes(module).get(n) is None]
+    return [n for module, run in runs.items() for n in run if exit_codes(module).get(n) is None and n not in gpu_only]
 
 
 def draw(names: list[str]) -> list[str]:
@@ -147,9 +148,10 @@ def select_mutants(module: str, names: list[str], full: bool) -> list[str]:
     return draw(names)
 
 
-def listed_equivalents(doc: Path = DOC) -> dict[str, str]:
-    """Mutant name -> reason, from the ```equivalent-mutants fenced block of tests/MUTATION.md."""
-    m = re.search(r"^```equivalent-mutants\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
+def listed_equivalents(doc: Path = DOC, block: str = "equivalent-mutants") -> dict[str, str]:
+    """Mutant name -> reason, from a fenced block of tests/MUTATION.md: ```equivalent-mutants, or
+    ```gpu-only-mutants (listed apart: they survive on a CPU, so a run does not spend their tests' time)."""
+    m = re.search(rf"^```{block}\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
     out = {}
     for line in (m.group(1) if m else "").splitlines():
         line = line.strip()
@@ -194,7 +196,7 @@ class Score:
 
 
 def score_module(module: str, run: list[str], codes: dict[str, int | None], equivalents: dict[str, str],
-                 seconds: float, sampled: bool) -> Score:
+                 seconds: float, sampled: bool, gpu_only: frozenset[str] = frozenset()) -> Score:
     """Score = killed / (run - accepted equivalents); every status other than killed is a survivor.
 
     A listed equivalent counts only if it is one of this run's mutants and was not killed; at most
@@ -203,12 +205,13 @@ def score_module(module: str, run: list[str], codes: dict[str, int | None], equi
     from mutmut.stats import status_by_exit_code
 
     problems = []
-    status = {name: "not checked" if codes.get(name) is None else status_by_exit_code[codes[name]] for name in run}
+    status = {name: GPU_ONLY if name in gpu_only else "not checked" if codes.get(name) is None
+              else status_by_exit_code[codes[name]] for name in run}
     killed = [n for n in run if status[n] == "killed"]
     own = {n for n in equivalents if n.startswith(dotted(module) + ".")}
-    stale = sorted(own - set(mutant_names(module)))
+    stale = sorted((own | {n for n in gpu_only if n.startswith(dotted(module) + ".")}) - set(mutant_names(module)))
     if stale:
-        problems.append(f"listed equivalents that no longer exist (renumbered?): {', '.join(stale)}")
+        problems.append(f"listed mutants that no longer exist (renumbered?): {', '.join(stale)}")
     wrongly = sorted(n for n in own & set(killed))
     if wrongly:
         problems.append(f"listed equivalents that the tests kill (not equivalent): {', '.join(wrongly)}")
@@ -459,8 +462,10 @@ def child_seconds(log_path: Path) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in done.finditer(text)}
 
 
-def plan(modules: list[str], full: bool, pooled: bool = False) -> tuple[dict[str, list[str]], list[str]]:
-    """Module -> the mutants to run, and mutmut's selectors: `module.*` for a whole module, names for a sample.
+def plan(modules: list[str], full: bool, pooled: bool = False,
+         gpu_only: frozenset[str] = frozenset()) -> tuple[dict[str, list[str]], list[str]]:
+    """Module -> the mutants to run, and mutmut's selectors: `module.*` for a whole module, names for a sample
+    or where listed GPU-only mutants are left out (they are scored, as survivors, without running).
     pooled: the modules of a multi-module SAMPLED pattern share one sample (the default run)."""
     pools: dict[str, set[str]] = {}
     if pooled and not full:
@@ -479,7 +484,8 @@ def plan(modules: list[str], full: bool, pooled: bool = False) -> tuple[dict[str
             del runs[module]
             continue
         sampled = len(runs[module]) < len(names)
-        selectors += runs[module] if sampled else [f"{dotted(module)}.*"]
+        kept = [n for n in runs[module] if n not in gpu_only]
+        selectors += kept if sampled or len(kept) < len(runs[module]) else [f"{dotted(module)}.*"]
         print(f"{module}: {len(runs[module])} of {len(names)} mutants{' (sample)' if sampled else ''}", flush=True)
     return runs, selectors
 
@@ -527,12 +533,13 @@ def main(argv: list[str] | None = None) -> int:
         print("generating mutants (files changed since the last run) ...", flush=True)
         generate(args.max_children, log)
         print(f"test stats: {refresh_stats(now)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
-        runs, selectors = plan(modules, args.full, pooled=not args.modules)
+        gpu_only = frozenset(listed_equivalents(block="gpu-only-mutants"))
+        runs, selectors = plan(modules, args.full, pooled=not args.modules, gpu_only=gpu_only)
         if not runs:
             raise SystemExit(f"no mutants in {', '.join(modules)} (MUTATION.md: what mutmut cannot reach)")
         debug_log = MUTANTS / "mutmut-debug.log"
         if args.resume:
-            selectors = unchecked(runs)
+            selectors = unchecked(runs, gpu_only)
             print(f"continuing: {len(selectors)} mutants without a verdict", flush=True)
         else:
             for module, run in runs.items():
@@ -549,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         durations, equivalents = child_seconds(debug_log), listed_equivalents()
         scores = [score_module(module, run, exit_codes(module), equivalents,
                                seconds=sum(durations.get(n, 0.0) for n in run) / args.max_children,
-                               sampled=len(run) < len(mutant_names(module)))
+                               sampled=len(run) < len(mutant_names(module)), gpu_only=gpu_only)
                   for module, run in runs.items()]
         scores += pool_scores(scores)
         save_scores(scores)

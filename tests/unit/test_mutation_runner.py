@@ -158,3 +158,25 @@ def test_continue_runs_only_the_planned_mutants_without_a_verdict(meta):
     runs = {"ssat/schedules.py": [f"ssat.schedules.x_f__mutmut_{i}" for i in (1, 2, 3)],
             "ssat/losses.py": ["ssat.losses.x_f__mutmut_2"]}
     assert mu.unchecked(runs) == ["ssat.schedules.x_f__mutmut_2", "ssat.losses.x_f__mutmut_2"]
+
+
+def test_listed_gpu_only_mutants_are_not_run_but_scored_as_survivors(meta, tmp_path):
+    meta({"ssat/losses.py": 5, "ssat/train.py": 250})
+    gpu = frozenset({"ssat.losses.x_f__mutmut_2", "ssat.train.x_f__mutmut_3", "ssat.train.x_f__mutmut_999"})
+    runs, selectors = mu.plan(["ssat/losses.py", "ssat/train.py"], full=False, gpu_only=gpu)
+    assert len(runs["ssat/losses.py"]) == 5 and "ssat.losses.*" not in selectors  # a module with one: by name
+    assert [s for s in selectors if s.startswith("ssat.losses.")] == [
+        f"ssat.losses.x_f__mutmut_{i}" for i in (1, 3, 4, 5)]
+    assert not gpu & set(selectors)
+    codes = {n: 1 for n in runs["ssat/losses.py"] if n not in gpu}
+    s = mu.score_module("ssat/losses.py", runs["ssat/losses.py"], codes, {}, seconds=1.0, sampled=False,
+                        gpu_only=gpu)
+    assert (s.killed, s.survived, s.unchecked, s.score) == (4, 1, 0, 80.0)
+    assert s.survivors == [f"ssat.losses.x_f__mutmut_2: {mu.GPU_ONLY}"] and not s.problems
+    train = mu.score_module("ssat/train.py", runs["ssat/train.py"], {}, {}, 1.0, True, gpu_only=gpu)
+    assert any("x_f__mutmut_999" in p for p in train.problems)  # a listed name that no longer exists
+    assert "ssat.losses.x_f__mutmut_2" not in mu.unchecked(runs, gpu)
+    doc = tmp_path / "M.md"
+    doc.write_text("x\n```gpu-only-mutants\n# why\nssat.train.x_f__mutmut_3\n```\n```equivalent-mutants\na.b\n```\n")
+    assert mu.listed_equivalents(doc, block="gpu-only-mutants") == {"ssat.train.x_f__mutmut_3": ""}
+    assert mu.listed_equivalents(doc) == {"a.b": ""}
