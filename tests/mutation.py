@@ -131,7 +131,11 @@ def forget_results(module: str, run: list[str]) -> None:
 
 def unchecked(runs: dict[str, list[str]], gpu_only: frozenset[str] = frozenset()) -> list[str]:
     """The planned mutants without a verdict (a budget stop left them): what --continue runs."""
-    return [n for module, run in runs.items() for n in run if exit_codes(module).get(n) is None and n not in gpu_only]
+    out = []
+    for module, run in runs.items():
+        codes = exit_codes(module)  # one read of the module's meta file
+        out += [n for n in run if codes.get(n) is None and n not in gpu_only]
+    return out
 
 
 def draw(names: list[str]) -> list[str]:
@@ -148,7 +152,7 @@ def select_mutants(module: str, names: list[str], full: bool) -> list[str]:
     return draw(names)
 
 
-def listed_equivalents(doc: Path = DOC, block: str = "equivalent-mutants") -> dict[str, str]:
+def listed_mutants(doc: Path = DOC, block: str = "equivalent-mutants") -> dict[str, str]:
     """Mutant name -> reason, from a fenced block of tests/MUTATION.md: ```equivalent-mutants, or
     ```gpu-only-mutants (listed apart: they survive on a CPU, so a run does not spend their tests' time)."""
     m = re.search(rf"^```{block}\n(.*?)^```", doc.read_text(), flags=re.S | re.M)
@@ -533,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         print("generating mutants (files changed since the last run) ...", flush=True)
         generate(args.max_children, log)
         print(f"test stats: {refresh_stats(now)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
-        gpu_only = frozenset(listed_equivalents(block="gpu-only-mutants"))
+        gpu_only = frozenset(listed_mutants(block="gpu-only-mutants"))
         runs, selectors = plan(modules, args.full, pooled=not args.modules, gpu_only=gpu_only)
         if not runs:
             raise SystemExit(f"no mutants in {', '.join(modules)} (MUTATION.md: what mutmut cannot reach)")
@@ -553,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
                 explain_failure(list(runs), log)
             return 1
         FINGERPRINTS.write_text(json.dumps(now, indent=1))  # mutmut's stats now match these files
-        durations, equivalents = child_seconds(debug_log), listed_equivalents()
+        durations, equivalents = child_seconds(debug_log), listed_mutants()
         scores = [score_module(module, run, exit_codes(module), equivalents,
                                seconds=sum(durations.get(n, 0.0) for n in run) / args.max_children,
                                sampled=len(run) < len(mutant_names(module)), gpu_only=gpu_only)

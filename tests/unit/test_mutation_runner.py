@@ -178,5 +178,5 @@ def test_listed_gpu_only_mutants_are_not_run_but_scored_as_survivors(meta, tmp_p
     assert "ssat.losses.x_f__mutmut_2" not in mu.unchecked(runs, gpu)
     doc = tmp_path / "M.md"
     doc.write_text("x\n```gpu-only-mutants\n# why\nssat.train.x_f__mutmut_3\n```\n```equivalent-mutants\na.b\n```\n")
-    assert mu.listed_equivalents(doc, block="gpu-only-mutants") == {"ssat.train.x_f__mutmut_3": ""}
-    assert mu.listed_equivalents(doc) == {"a.b": ""}
+    assert mu.listed_mutants(doc, block="gpu-only-mutants") == {"ssat.train.x_f__mutmut_3": ""}
+    assert mu.listed_mutants(doc) == {"a.b": ""}
