@@ -15,7 +15,9 @@ PGD phase. The Chrome trace is saved (chrome://tracing, ui.perfetto.dev).
 
 Modes: eager (system.compile off), compiled (system.compile default), graph (system.graph_mode: the step is
 replayed as one CUDA graph, inside which no range exists, so the phases are empty and only the kernel totals
-and top kernels mean something; on a CPU graph mode falls back to eager steps and the reason is printed).
+and top kernels mean something; on a CPU graph mode falls back to eager steps and the reason is printed),
+graph-compiled (both: the compiled step captured as one graph). On CUDA the GPU-busy share is the union of
+every device activity's interval (a replay's kernels too, which no operator launched) over the wall time.
 No figure of a CPU run is a GPU figure.
 """
 from __future__ import annotations
@@ -38,7 +40,8 @@ from step_time import bench_schedule, bench_trainer  # noqa: E402
 from ssat.train import StepStats, Trainer, ranged  # noqa: E402
 
 PHASES = ("data", "pgd", "search", "outer forward", "backward", "optimizer", "statistics")
-MODES = {"eager": ("off", False), "compiled": ("default", False), "graph": ("off", True)}
+MODES = {"eager": ("off", False), "compiled": ("default", False), "graph": ("off", True),
+         "graph-compiled": ("default", True)}
 # cuDNN/CUTLASS weight-gradient kernels and the ATen weight-backward operators
 WEIGHT_GRAD = re.compile(r"wgrad|backward_weight|weight_grad", re.IGNORECASE)
 ACCUMULATE = "AccumulateGrad"  # one per PGD iteration for x_adv; more would be parameters' gradients
@@ -62,9 +65,24 @@ def _innermost(ranges: list[tuple[int, int, str]], t: int) -> str | None:
     return best[1] if best else None
 
 
+def busy_union_us(intervals: list[tuple[float, float]]) -> float:
+    """Microseconds during which at least one of the (start, end) intervals runs: the device's busy time, with
+    kernels that overlap (several streams) counted once."""
+    total, end = 0.0, -float("inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
 def summarize(events, steps: int, wall_s: float, pgd_iterations: int) -> dict:
     """The numbers this script prints, from the profiler's events of `steps` steps."""
     cpu = [e for e in events if e.device_type == DeviceType.CPU]
+    # every device activity (kernels, copies), also those of a CUDA-graph replay, which no operator launched
+    device = [e for e in events if e.device_type == DeviceType.CUDA and not e.is_user_annotation
+              and e.name not in PHASES and e.name != "step"]
+    device_busy_us = busy_union_us([(e.time_range.start, e.time_range.end) for e in device])
     ranges = [(e.time_range.start, e.time_range.end, e.name) for e in cpu if e.name in PHASES]
     ops = [e for e in cpu if not e.is_user_annotation and e.name not in PHASES and e.name != "step"]
     # a device kernel's phase is the phase of the operator that launched it: each operator lists its kernels
@@ -81,9 +99,14 @@ def summarize(events, steps: int, wall_s: float, pgd_iterations: int) -> dict:
     for name, dur, launcher in kernels:
         phase = _innermost(ranges, launcher.time_range.start) if launcher is not None else None
         per_phase_us[phase or "other"] += dur
-        top.setdefault(name, [0, 0.0])
-        top[name][0] += 1
-        top[name][1] += dur
+        if not device:  # else the device's own activities below, which include a replay's kernels
+            top.setdefault(name, [0, 0.0])
+            top[name][0] += 1
+            top[name][1] += dur
+    for e in device:
+        top.setdefault(e.name, [0, 0.0])
+        top[e.name][0] += 1
+        top[e.name][1] += e.time_range.elapsed_us()
     phase_ops: dict[str, Counter] = defaultdict(Counter)
     for e in ops:
         phase_ops[_innermost(ranges, e.time_range.start) or "other"][e.name] += 1
@@ -99,6 +122,9 @@ def summarize(events, steps: int, wall_s: float, pgd_iterations: int) -> dict:
         "steps": steps, "wall_ms_per_step": 1e3 * wall_s / steps, "busy_ms_per_step": busy_us / 1e3 / steps,
         "busy_kind": "CUDA kernel time" if gpu else "CPU self time of the operators",
         "kernels_per_step": len(kernels) / steps,
+        "device_activities_per_step": len(device) / steps if device else None,
+        "gpu_busy_ms_per_step": device_busy_us / 1e3 / steps if device else None,
+        "gpu_busy_share": device_busy_us / (wall_s * 1e6) if device else None,
         "top_kernels": [{"name": n, "calls_per_step": c / steps, "ms_per_step": d / 1e3 / steps}
                         for n, (c, d) in sorted(top.items(), key=lambda kv: -kv[1][1])[:20]],
         "phase_kernel_ms_per_step": {p: per_phase_us.get(p, 0.0) / 1e3 / steps for p in (*PHASES, "other")},
@@ -139,6 +165,10 @@ def report(r: dict, label: str) -> None:
     print(f"== {label} on {r['device']}: {r['wall_ms_per_step']:.2f} ms/step wall, {r['busy_ms_per_step']:.2f} "
           f"ms/step busy ({r['busy_kind']}), {r['kernels_per_step']:.0f} kernels/step; graph mode: "
           f"{r['graph_status']} ({r['graph_steps']} replays, {r['eager_steps']} eager steps)")
+    if r["gpu_busy_share"] is not None:
+        print(f"GPU busy (every device activity, replays included, overlaps once): {r['gpu_busy_ms_per_step']:.2f} "
+              f"ms/step = {100 * r['gpu_busy_share']:.1f}% of the wall time; {r['device_activities_per_step']:.0f} "
+              f"activities/step")
     print("phase          kernel ms/step  range ms/step")
     for p, ms in r["phase_kernel_ms_per_step"].items():
         print(f"{p:14s} {ms:14.3f}  {r['phase_range_ms_per_step'].get(p, float('nan')):13.3f}")

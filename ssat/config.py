@@ -161,7 +161,8 @@ class SystemConfig:
     compile: str = "off"               # torch.compile mode; reduce-overhead uses CUDA graphs (1.37x for one
                                        # WRN-28-5 trial on an H200, after ~25 s of compilation per trial)
     graph_mode: bool = False           # the whole union step captured as one CUDA graph and replayed (GPU only;
-                                       # elsewhere, or when capture fails, eager with the reason logged)
+                                       # with compile off or default; elsewhere, or when capture fails, eager
+                                       # with the reason logged)
     cudnn_benchmark: bool = True       # cuDNN picks the fastest convolution algorithms (CUDA runs; reset per trial)
     threads: int | None = None         # torch intra-op threads; pinned for bit-identical resume
     cuda_memory_fraction: float | None = None  # cap for a fractional-GPU trial

@@ -282,19 +282,10 @@ class Trainer:
             out["perf/graph_steps"] = acc.graph_steps
         return out
 
-    # ---- graph mode (system.graph_mode; CUDA only, unmeasured on a GPU so far) ------------------
+    # ---- graph mode (system.graph_mode; CUDA only; measured: README, "The step engine")
     def _graph_refusal(self) -> str | None:
-        """Why graph mode cannot run here, or None when it can (it may still fail at capture)."""
         s = self.cfg.system
-        if self.device.type != "cuda":
-            return f"it needs a CUDA device and this run is on {self.device.type}"
-        if s.compile != "off":
-            return f"system.compile={s.compile!r} compiles (and may graph) the step itself; graph_mode needs off"
-        if self.method.batching != "union":
-            return "it captures the union step; the AWR step runs eagerly"
-        if self.precision == "fp16":
-            return "fp16's gradient scaler reads the overflow flag on the host every step"
-        return None
+        return graph_refusal(self.device.type, s.compile, self.method.batching, self.precision)
 
     def _graph_step(self, batch, sched: dict[str, float], acc: "StepStats") -> None:
         """A full batch through the CUDA graph; the first ones after a schedule change are eager warm-up steps
@@ -490,6 +481,25 @@ class StepStats:
         return out
 
 
+# torch.compile modes that capture CUDA graphs themselves (cudagraph trees): a whole-step capture cannot hold them
+GRAPHING_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+
+
+def graph_refusal(device_type: str, compile_mode: str, batching: str, precision: str) -> str | None:
+    """Why graph mode (system.graph_mode) cannot run with these settings, or None when it can (the capture may
+    still fail). compile "default" is allowed: its kernels are captured with the rest of the step."""
+    if device_type != "cuda":
+        return f"it needs a CUDA device and this run is on {device_type}"
+    if compile_mode in GRAPHING_COMPILE_MODES:
+        return (f"system.compile={compile_mode!r} captures CUDA graphs itself; with graph_mode, compile is 'off' "
+                f"or 'default'")
+    if batching != "union":
+        return "it captures the union step; the AWR step runs eagerly"
+    if precision == "fp16":
+        return "fp16's gradient scaler reads the overflow flag on the host every step"
+    return None
+
+
 class GraphStep:
     """Trainer._eager_step captured as one CUDA graph, replayed on static copies of each batch (system.graph_mode).
 
@@ -499,7 +509,7 @@ class GraphStep:
     torch 2.x); randomness inside the graph only from the default CUDA generator (PGD's start; augmentation is
     drawn up front on the CPU, outside the graph); autocast without its weight cache (Trainer._autocast);
     statistics accumulated in place into the trainer's StepStats. The caller keeps other batch shapes (the
-    tail), fault steps and the finiteness check eager. Not measured on a GPU yet.
+    tail), fault steps and the finiteness check eager. Measured on a GPU: README.
     """
 
     def __init__(self, trainer: "Trainer", batch_size: int):

@@ -17,10 +17,13 @@ def test_the_device_script_runs_every_section_on_a_cpu(tmp_path):
     assert (tmp_path / "device.log").read_text() == proc.stdout
     rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     trainers = [r for r in rows if "trainer_model" in r]
-    assert [t["graph_mode"] for t in trainers] == ["off", "eager: it needs a CUDA device and this run is on cpu"]
-    assert trainers[0]["train_loss"] == trainers[1]["train_loss"]  # the fallback trains exactly as eager steps do
+    refused = "eager: it needs a CUDA device and this run is on cpu"
+    assert [t["graph_mode"] for t in trainers] == ["off", refused, refused]
+    # the fallback trains exactly as eager steps do
+    assert trainers[0]["train_loss"] == trainers[1]["train_loss"] == trainers[2]["train_loss"]
     (eq,) = [r for r in rows if "equivalence_model" in r]
-    assert eq["bitwise_equal"] and eq["graph_steps"] == 0
+    assert eq["bitwise_equal"] and eq["graph_steps"] == 0 and eq["loss_rel_diff"] == 0 and eq["alpha_tv_distance"] == 0
+    assert eq["within_bounds"]
     (pack,) = [r for r in rows if "packed_trials" in r]
     assert pack["finished"] == 1 and pack["total_images_per_s"] > 0
     prof = json.loads((tmp_path / "profile.json").read_text())

@@ -76,8 +76,11 @@ def test_train_cli_trains_writes_its_config_and_evaluates(tmp_path, monkeypatch,
     assert "test [best] " in out and "test [last] " in out and "outputs in runs/mnist5k-ssat-mbi-seed0" in out
     assert set(json.loads((folder / "results.json").read_text())["metrics"]) >= {"test/best/clean", "test/last/pgd2"}
 
-    assert TR.main(["--no-final-eval", "--out", "other", "--set", *sets, "optim.epochs=1", "optim.lr_milestones=[]",
-                     "optim.lr_factors=[]"]) == 0
+    fetched = []
+    monkeypatch.setattr("ssat.datasets.download", lambda dataset, root: fetched.append((dataset, root)))
+    assert TR.main(["--no-final-eval", "--download", "--data-root", str(tmp_path / "d"), "--out", "other", "--set",
+                    *sets, "optim.epochs=1", "optim.lr_milestones=[]", "optim.lr_factors=[]"]) == 0
+    assert fetched == [("mnist5k", str(tmp_path / "d"))]  # --download fetches the configured dataset into --data-root
     out = capsys.readouterr().out
     assert "test [" not in out and "outputs in other" in out
     assert json.loads((tmp_path / "other" / "config.json").read_text())["optim"]["epochs"] == 1

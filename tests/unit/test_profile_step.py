@@ -69,3 +69,48 @@ def _pgd_like(backward_to_weights: bool) -> dict:
 def test_a_weight_gradient_inside_pgd_is_flagged():
     assert _pgd_like(False)["weight_grad_in_pgd"] is False
     assert _pgd_like(True)["weight_grad_in_pgd"] is True
+
+
+@pytest.mark.parametrize("intervals, busy", [
+    ([], 0.0),
+    ([(0, 10)], 10.0),
+    ([(0, 10), (20, 25)], 15.0),  # an idle gap is not busy
+    ([(0, 10), (5, 12)], 12.0),  # overlapping kernels (two streams) count once
+    ([(5, 12), (0, 10), (1, 3)], 12.0),  # in any order, one inside another
+    ([(0, 10), (10, 14)], 14.0),
+])
+def test_gpu_busy_time_is_the_union_of_the_device_intervals(intervals, busy):
+    assert profile_step.busy_union_us(intervals) == busy
+
+
+def test_a_cpu_profile_reports_no_gpu_busy_share(profiled):
+    r, _ = profiled
+    assert r["gpu_busy_share"] is None and r["gpu_busy_ms_per_step"] is None and r["device_activities_per_step"] is None
+
+
+class _Range:
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+    def elapsed_us(self):
+        return self.end - self.start
+
+
+class _Event:  # the FunctionEvent fields summarize reads
+    def __init__(self, name, device_type, start, end, annotation=False):
+        self.name, self.device_type, self.is_user_annotation = name, device_type, annotation
+        self.time_range, self.kernels, self.self_cpu_time_total = _Range(start, end), [], end - start
+
+
+def test_a_graph_replay_counts_its_device_kernels_that_no_operator_launched():
+    from torch.autograd import DeviceType
+    cuda = DeviceType.CUDA
+    events = [_Event("step", DeviceType.CPU, 0, 1000, annotation=True),
+              _Event("step", cuda, 0, 1000, annotation=True),  # the range mirrored on the GPU: not a kernel
+              _Event("conv", cuda, 100, 400), _Event("conv", cuda, 350, 500),  # overlapping: 400 us busy
+              _Event("bn", cuda, 600, 700)]
+    r = profile_step.summarize(events, steps=2, wall_s=1e-3, pgd_iterations=10)
+    assert r["device_activities_per_step"] == 1.5
+    assert r["gpu_busy_ms_per_step"] == pytest.approx(0.25) and r["gpu_busy_share"] == pytest.approx(0.5)
+    assert [(k["name"], k["calls_per_step"], k["ms_per_step"]) for k in r["top_kernels"]] == [
+        ("conv", 1.0, pytest.approx(0.225)), ("bn", 0.5, pytest.approx(0.05))]

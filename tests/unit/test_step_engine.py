@@ -14,7 +14,7 @@ from ssat.attacks import frozen, pgd
 from ssat.config import from_dict
 from ssat.datasets import Split, UnionBatches
 from ssat.presets import PRESETS, preset
-from ssat.train import StepStats, Trainer
+from ssat.train import StepStats, Trainer, graph_refusal
 from test_trainer import fake_teacher, strip, tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -204,3 +204,18 @@ def test_each_trial_sets_cudnn_autotuning_afresh(wanted, monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # leave the test process's threads alone
     reset_process_state(from_dict({"system": {"cudnn_benchmark": wanted}}), {"cpus": 1})
     assert torch.backends.cudnn.benchmark is (wanted and torch.cuda.is_available())
+
+
+@pytest.mark.parametrize("device, compile_mode, batching, precision, reason", [
+    ("cuda", "off", "union", "bf16", None),
+    ("cuda", "default", "union", "bf16", None),  # compile's kernels are captured with the rest of the step
+    ("cuda", "off", "union", "fp32", None),
+    ("cpu", "off", "union", "bf16", "it needs a CUDA device and this run is on cpu"),
+    ("cuda", "reduce-overhead", "union", "bf16", "system.compile='reduce-overhead' captures CUDA graphs itself"),
+    ("cuda", "max-autotune", "union", "bf16", "system.compile='max-autotune' captures CUDA graphs itself"),
+    ("cuda", "off", "awr", "bf16", "it captures the union step; the AWR step runs eagerly"),
+    ("cuda", "off", "union", "fp16", "fp16's gradient scaler reads the overflow flag on the host every step"),
+])
+def test_graph_mode_is_refused_only_where_a_capture_cannot_work(device, compile_mode, batching, precision, reason):
+    got = graph_refusal(device, compile_mode, batching, precision)
+    assert got == reason if reason is None else got.startswith(reason)

@@ -111,7 +111,10 @@ def test_an_injected_fault_fires_at_its_epoch_and_step(tmp_path, monkeypatch):
 def test_best_is_the_highest_val_pgd10_and_the_checkpoints_say_what_they_are(tmp_path):
     cfg = tiny(**{"eval.val_every": 3})  # validated at epoch 3 (every 3rd) and at 2 and 3 (the last two)
     tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
-    hist = tr.fit()
+    epochs = tr.epochs()
+    first = next(epochs)
+    assert load_verified(tmp_path / "best.pt")["epoch"] == 1  # a run stopped before validating has a best checkpoint
+    hist = [first, *epochs]
     assert "val/pgd10" not in hist[0] and {"val/pgd10", "val/clean"} <= set(hist[1]) <= set(hist[2])
     assert hist[0]["val/best_pgd10"] == -math.inf
     best = max((1, 2), key=lambda i: (hist[i]["val/pgd10"], hist[i]["val/clean"], -i))
@@ -158,3 +161,23 @@ def test_resume_refuses_another_config(tmp_path):
     Trainer(cfg, tmp_path, teacher=teacher, log=lambda s: None).fit()
     with pytest.raises(ValueError, match="another configuration"):
         Trainer(cfg.replace(**{"method.beta": 0.9}), tmp_path, teacher=teacher, log=lambda s: None)
+
+
+def test_a_tie_keeps_the_earlier_best_epoch(tmp_path, monkeypatch):
+    """Equal validation scores (PGD-10 and clean) do not move the best checkpoint to the later epoch."""
+    cfg = tiny(**{"optim.epochs": 2, "optim.lr_milestones": [2]})
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    monkeypatch.setattr(tr, "validate", lambda model: {"val/clean": 50.0, "val/pgd10": 25.0})
+    tr.fit()
+    assert (tr.best_epoch, tr.best_score, tr.best_clean) == (1, 25.0, 50.0)
+    assert load_verified(tmp_path / "best.pt")["epoch"] == 1
+
+
+def test_a_compile_mode_wraps_the_model_the_optimiser_trains(tmp_path):
+    """system.compile: the step's forwards go through torch.compile of the trained model (compiled lazily, at the
+    first call, so building the trainer costs nothing here)."""
+    cfg = tiny(**{"system.compile": "default"})
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    assert tr.net is not tr.model and tr.net._orig_mod is tr.model
+    off = Trainer(tiny(), tmp_path / "off", teacher=fake_teacher(cfg), log=lambda s: None)
+    assert off.net is off.model
