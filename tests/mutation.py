@@ -47,6 +47,7 @@ SAMPLE_SIZE = 200
 SAMPLE_SEED = 13
 EQUIVALENT_CAP = 0.05  # at most this share of a module's (run) mutants may be listed as equivalent
 GPU_ONLY = "GPU-only, not run"   # the status of a listed GPU-only mutant: a survivor, not run here
+EQUIVALENT = "listed equivalent, not run"  # excluded from the score; `--check-listed` runs them
 # One thread per process: torch's pools are not fork-safe and two cores are shared by the workers.
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SPINNER = re.compile(r"^[\u2800-\u28ff] ")
@@ -129,12 +130,13 @@ def forget_results(module: str, run: list[str]) -> None:
     meta.write_text(json.dumps(data, indent=4))
 
 
-def unchecked(runs: dict[str, list[str]], gpu_only: frozenset[str] = frozenset()) -> list[str]:
-    """The planned mutants without a verdict (a budget stop left them): what --continue runs."""
+def unchecked(runs: dict[str, list[str]], skip: frozenset[str] = frozenset()) -> list[str]:
+    """The planned mutants without a verdict (a budget stop left them), less those not run (`skip`: the listed
+    GPU-only and equivalent mutants): what --continue runs."""
     out = []
     for module, run in runs.items():
         codes = exit_codes(module)  # one read of the module's meta file
-        out += [n for n in run if codes.get(n) is None and n not in gpu_only]
+        out += [n for n in run if codes.get(n) is None and n not in skip]
     return out
 
 
@@ -209,10 +211,10 @@ def score_module(module: str, run: list[str], codes: dict[str, int | None], equi
     from mutmut.stats import status_by_exit_code
 
     problems = []
-    status = {name: GPU_ONLY if name in gpu_only else "not checked" if codes.get(name) is None
-              else status_by_exit_code[codes[name]] for name in run}
-    killed = [n for n in run if status[n] == "killed"]
     own = {n for n in equivalents if n.startswith(dotted(module) + ".")}
+    status = {name: GPU_ONLY if name in gpu_only else status_by_exit_code[codes[name]] if codes.get(name) is not None
+              else EQUIVALENT if name in own else "not checked" for name in run}
+    killed = [n for n in run if status[n] == "killed"]
     stale = sorted((own | {n for n in gpu_only if n.startswith(dotted(module) + ".")}) - set(mutant_names(module)))
     if stale:
         problems.append(f"listed mutants that no longer exist (renumbered?): {', '.join(stale)}")
@@ -467,9 +469,10 @@ def child_seconds(log_path: Path) -> dict[str, float]:
 
 
 def plan(modules: list[str], full: bool, pooled: bool = False,
-         gpu_only: frozenset[str] = frozenset()) -> tuple[dict[str, list[str]], list[str]]:
+         skip: frozenset[str] = frozenset()) -> tuple[dict[str, list[str]], list[str]]:
     """Module -> the mutants to run, and mutmut's selectors: `module.*` for a whole module, names for a sample
-    or where listed GPU-only mutants are left out (they are scored, as survivors, without running).
+    or where listed mutants are left out (`skip`: GPU-only ones are scored as survivors, equivalents are left
+    out of the score, both without running).
     pooled: the modules of a multi-module SAMPLED pattern share one sample (the default run)."""
     pools: dict[str, set[str]] = {}
     if pooled and not full:
@@ -488,7 +491,7 @@ def plan(modules: list[str], full: bool, pooled: bool = False,
             del runs[module]
             continue
         sampled = len(runs[module]) < len(names)
-        kept = [n for n in runs[module] if n not in gpu_only]
+        kept = [n for n in runs[module] if n not in skip]
         selectors += kept if sampled or len(kept) < len(runs[module]) else [f"{dotted(module)}.*"]
         print(f"{module}: {len(runs[module])} of {len(names)} mutants{' (sample)' if sampled else ''}", flush=True)
     return runs, selectors
@@ -522,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--continue", dest="resume", action="store_true",
                     help="go on with a run the budget stopped: the same modules' mutants that have no verdict "
                          "yet, then the score of the whole plan (the other verdicts and seconds are kept)")
+    ap.add_argument("--check-listed", action="store_true",
+                    help="run only the listed equivalents of the chosen modules (a run leaves them out): one the "
+                         "tests now kill is reported as a problem")
     ap.add_argument("--unreachable", action="store_true",
                     help="list the decorated functions and module-level lambdas that mutmut skips, and stop")
     args = ap.parse_args(argv)
@@ -537,13 +543,19 @@ def main(argv: list[str] | None = None) -> int:
         print("generating mutants (files changed since the last run) ...", flush=True)
         generate(args.max_children, log)
         print(f"test stats: {refresh_stats(now)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
-        gpu_only = frozenset(listed_mutants(block="gpu-only-mutants"))
-        runs, selectors = plan(modules, args.full, pooled=not args.modules, gpu_only=gpu_only)
+        gpu_only, equivalents = frozenset(listed_mutants(block="gpu-only-mutants")), listed_mutants()
+        skip = gpu_only | frozenset(equivalents)
+        runs, selectors = plan(modules, args.full, pooled=not args.modules, skip=skip)
         if not runs:
             raise SystemExit(f"no mutants in {', '.join(modules)} (MUTATION.md: what mutmut cannot reach)")
         debug_log = MUTANTS / "mutmut-debug.log"
-        if args.resume:
-            selectors = unchecked(runs, gpu_only)
+        if args.check_listed:  # are the listed equivalents still survivors? (a killed one is reported)
+            selectors = [n for run in runs.values() for n in run if n in equivalents]
+            for module, run in runs.items():
+                forget_results(module, [n for n in run if n in equivalents])
+            print(f"checking {len(selectors)} listed equivalents", flush=True)
+        elif args.resume:
+            selectors = unchecked(runs, skip)
             print(f"continuing: {len(selectors)} mutants without a verdict", flush=True)
         else:
             for module, run in runs.items():
@@ -557,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
                 explain_failure(list(runs), log)
             return 1
         FINGERPRINTS.write_text(json.dumps(now, indent=1))  # mutmut's stats now match these files
-        durations, equivalents = child_seconds(debug_log), listed_mutants()
+        durations = child_seconds(debug_log)
         scores = [score_module(module, run, exit_codes(module), equivalents,
                                seconds=sum(durations.get(n, 0.0) for n in run) / args.max_children,
                                sampled=len(run) < len(mutant_names(module)), gpu_only=gpu_only)

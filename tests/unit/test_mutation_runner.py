@@ -163,7 +163,7 @@ def test_continue_runs_only_the_planned_mutants_without_a_verdict(meta):
 def test_listed_gpu_only_mutants_are_not_run_but_scored_as_survivors(meta, tmp_path):
     meta({"ssat/losses.py": 5, "ssat/train.py": 250})
     gpu = frozenset({"ssat.losses.x_f__mutmut_2", "ssat.train.x_f__mutmut_3", "ssat.train.x_f__mutmut_999"})
-    runs, selectors = mu.plan(["ssat/losses.py", "ssat/train.py"], full=False, gpu_only=gpu)
+    runs, selectors = mu.plan(["ssat/losses.py", "ssat/train.py"], full=False, skip=gpu)
     assert len(runs["ssat/losses.py"]) == 5 and "ssat.losses.*" not in selectors  # a module with one: by name
     assert [s for s in selectors if s.startswith("ssat.losses.")] == [
         f"ssat.losses.x_f__mutmut_{i}" for i in (1, 3, 4, 5)]
@@ -180,3 +180,19 @@ def test_listed_gpu_only_mutants_are_not_run_but_scored_as_survivors(meta, tmp_p
     doc.write_text("x\n```gpu-only-mutants\n# why\nssat.train.x_f__mutmut_3\n```\n```equivalent-mutants\na.b\n```\n")
     assert mu.listed_mutants(doc, block="gpu-only-mutants") == {"ssat.train.x_f__mutmut_3": ""}
     assert mu.listed_mutants(doc) == {"a.b": ""}
+
+
+def test_listed_equivalents_are_not_run_and_leave_the_score(meta):
+    """An equivalent is left out of the run (its tests would all pass, at full cost) and out of the score, and is
+    not reported as unchecked; once run (--check-listed) and killed, it is a problem."""
+    meta({"ssat/losses.py": 20})  # 5% of 20: one equivalent accepted
+    eq = {"ssat.losses.x_f__mutmut_4": "why"}
+    runs, selectors = mu.plan(["ssat/losses.py"], full=False, skip=frozenset(eq))
+    assert selectors == [f"ssat.losses.x_f__mutmut_{i}" for i in range(1, 21) if i != 4]
+    assert mu.unchecked(runs, frozenset(eq)) == selectors
+    codes = {n: 1 for n in selectors}  # all run and killed
+    s = mu.score_module("ssat/losses.py", runs["ssat/losses.py"], codes, eq, seconds=1.0, sampled=False)
+    assert (s.killed, s.survived, s.equivalents, s.unchecked, s.score) == (19, 0, 1, 0, 100.0) and not s.problems
+    codes["ssat.losses.x_f__mutmut_4"] = 1  # --check-listed ran it, and a test killed it
+    s = mu.score_module("ssat/losses.py", runs["ssat/losses.py"], codes, eq, seconds=1.0, sampled=False)
+    assert any("kill (not equivalent): ssat.losses.x_f__mutmut_4" in p for p in s.problems)
