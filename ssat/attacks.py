@@ -13,7 +13,7 @@ from .runtime import eval_mode
 def soft_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Per-sample CE. logits: (B, C); targets: (B,) class indices or (B, C) probabilities -> (B,)."""
     if targets.dtype in (torch.int64, torch.int32):
-        return F.cross_entropy(logits, targets, reduction="none")
+        return F.cross_entropy(logits, targets.long(), reduction="none")  # cross_entropy takes int64 only
     return -(targets * F.log_softmax(logits, dim=1)).sum(dim=1)
 
 

@@ -33,6 +33,7 @@ STATS = MUTANTS / "mutmut-stats.json"
 FINGERPRINTS = MUTANTS / "mutation-fingerprints.json"
 SCORES = MUTANTS / "scores.json"
 LOG = MUTANTS / "mutation.log"
+KILLERS = MUTANTS / "mutation-killers.tsv"  # function<TAB>test that killed one of its mutants
 DOC = ROOT / "tests" / "MUTATION.md"
 SOURCE_PATHS = ("ssat", "sweeps", "analysis")  # = [tool.mutmut] source_paths
 UNIT = "tests/unit"
@@ -274,10 +275,46 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def also_copied() -> list[Path]:
+    """The files of [tool.mutmut] also_copy (data the tests read: specs, the README, benchmark results ...)."""
+    import tomllib
+    names = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"].get("also_copy", [])
+    out = []
+    for name in names:
+        path = ROOT / name
+        out += [p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts] if path.is_dir() else [path]
+    return [p for p in out if p.exists()]
+
+
 def fingerprints() -> dict[str, str]:
-    """Hashes of the files whose change makes mutmut's test->function map stale: tests and sources."""
-    files = [*ROOT.glob("tests/*.py"), *ROOT.glob(f"{UNIT}/**/*.py"), *(ROOT / m for m in all_modules())]
-    return {p.relative_to(ROOT).as_posix(): digest(p) for p in sorted(files)}
+    """Hashes of what the unit tests' outcome and mutmut's test->function map depend on: the test files,
+    the sources and the data files copied into mutants/."""
+    files = [p for p in ROOT.glob("tests/**/*") if p.is_file() and "__pycache__" not in p.parts]
+    files += [ROOT / m for m in all_modules()] + also_copied()
+    return {p.relative_to(ROOT).as_posix(): digest(p) for p in sorted(set(files))}
+
+
+def changed_files(now: dict[str, str]) -> set[str] | None:
+    """The files that changed since the last run that passed its clean tests (None: no record of one)."""
+    if not FINGERPRINTS.exists():
+        return None
+    before = json.loads(FINGERPRINTS.read_text())
+    return {f for f in before.keys() | now.keys() if before.get(f) != now.get(f)}
+
+
+def clean_run_needed(changed: set[str] | None, full_collection: bool) -> str | None:
+    """Why mutmut's clean run of the tests (about 150 s) is needed, or None when it would prove nothing new.
+
+    A full stats collection runs every test, and mutmut stops if one fails. Otherwise the tests passed in the
+    last recorded run, and the stats run re-runs (and checks) those of changed unit test files and of their
+    importers; a test of an unchanged file can fail now only through a changed source module or data file.
+    """
+    if full_collection:
+        return None
+    if changed is None:
+        return "no record of a run whose tests passed"
+    other = sorted(f for f in changed if not (f.startswith("tests/") and f.endswith(".py")))
+    return f"changed since the last run: {', '.join(other[:3])}{' ...' if len(other) > 3 else ''}" if other else None
 
 
 def importers(test_files: set[str]) -> set[str]:
@@ -305,14 +342,13 @@ def refresh_stats(now: dict[str, str]) -> str:
     """
     if not STATS.exists():
         return "no stats yet: full collection"
-    if not FINGERPRINTS.exists():
+    changed = changed_files(now)
+    if changed is None:
         STATS.unlink()
         return "stats of unknown age: full collection"
-    before = json.loads(FINGERPRINTS.read_text())
-    changed = {f for f in before.keys() | now.keys() if before.get(f) != now.get(f)}
-    changed_tests = {f for f in changed if f.startswith("tests/")}
+    changed_tests = {f for f in changed if f.startswith("tests/") and f.endswith(".py")}
     test_files = {f for f in changed_tests if f.startswith(UNIT + "/")} | importers(changed_tests)
-    modules = tuple(dotted(f) + "." for f in changed - changed_tests)
+    modules = tuple(dotted(f) + "." for f in changed & set(all_modules()))
     if not test_files and not modules:
         return "stats current"
     stats = json.loads(STATS.read_text())
@@ -342,21 +378,69 @@ def pytest_configure(config) -> None:
         gc.freeze()
 
 
+def test_order(items: list[tuple[str, int]], durations: dict[str, float], killers: dict[str, int],
+               grouped: set[str]) -> list[str]:
+    """The order a mutant's tests run in (mutmut stops at the first failure): first the tests that killed
+    other mutants of the same function (most kills first), then every test by its recorded time, cheapest
+    first. A file in `grouped` (module- or class-scoped fixtures) runs as one block at its total time, in its
+    own order, so its fixtures are built once. items: (node id, line); returns the node ids."""
+    file_of = {nodeid: nodeid.split("::")[0] for nodeid, _ in items}
+    block: dict[str, float] = {}
+    for nodeid, _ in items:
+        if file_of[nodeid] in grouped:
+            block[file_of[nodeid]] = block.get(file_of[nodeid], 0.0) + durations.get(nodeid, 0.0)
+
+    def key(item: tuple[str, int]):
+        nodeid, line = item
+        if nodeid in killers:
+            return (0, -killers[nodeid], durations.get(nodeid, 0.0), nodeid, line)
+        f = file_of[nodeid]
+        return (1, block[f], f, line) if f in grouped else (1, durations.get(nodeid, 0.0), nodeid, line)
+    return [nodeid for nodeid, _ in sorted(items, key=key)]
+
+
+def killers_of(function: str, path: Path = Path(KILLERS.name)) -> dict[str, int]:
+    """Test node id -> how many mutants of `function` (a mangled name) it killed, from the kill log."""
+    counts: dict[str, int] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return counts
+    for line in lines:
+        fn, _, test = line.partition("\t")
+        if fn == function and test:
+            counts[test] = counts.get(test, 0) + 1
+    return counts
+
+
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """In a mutant's run: the test files in order of their recorded time, cheapest first, so that a
-    killed mutant dies on a fast test (mutmut hands the tests over as an unordered set; it stops at
-    the first failure). A file's tests stay together and in order: module fixtures are built once."""
+    """In a mutant's run (cwd mutants/): the tests in `test_order` (mutmut hands them over as an unordered
+    set and stops at the first failure, so a kill should come from the first, cheapest tests)."""
     if not in_mutant_run():
         return
     try:
-        durations = json.loads(Path("mutmut-stats.json").read_text())["duration_by_test"]
+        durations = json.loads(Path(STATS.name).read_text())["duration_by_test"]
     except (OSError, ValueError, KeyError):
         return
-    cost: dict[str, float] = {}
-    for item in items:
-        f = item.nodeid.split("::")[0]
-        cost[f] = cost.get(f, 0.0) + durations.get(item.nodeid, 0.0)
-    items.sort(key=lambda item: (cost[item.nodeid.split("::")[0]], item.nodeid.split("::")[0], item.location[1] or 0))
+    grouped = {item.nodeid.split("::")[0] for item in items
+               if any(d.scope in ("module", "class", "package") for defs in
+                      getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values() for d in defs)}
+    function = os.environ["MUTANT_UNDER_TEST"].partition("__mutmut_")[0]
+    order = test_order([(i.nodeid, i.location[1] or 0) for i in items], durations, killers_of(function), grouped)
+    rank = {nodeid: k for k, nodeid in enumerate(order)}
+    items.sort(key=lambda item: rank[item.nodeid])
+
+
+def pytest_runtest_logreport(report) -> None:
+    """In a mutant's run: the first failing test killed the mutant; log it (function, test) for the next
+    mutants of that function. One short O_APPEND write per kill: the two workers' lines do not interleave."""
+    if report.failed and in_mutant_run():
+        function = os.environ["MUTANT_UNDER_TEST"].partition("__mutmut_")[0]
+        fd = os.open(KILLERS.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{function}\t{report.nodeid}\n".encode())
+        finally:
+            os.close(fd)
 
 
 # ---- running mutmut ----------------------------------------------------------------------------
@@ -379,8 +463,20 @@ def log_stream(proc: subprocess.Popen, log, said: list[str]) -> None:
     log.flush()
 
 
-def run_mutmut(args: list[str], budget: float, log, grace: float = 60.0,
-               mutmut: Path = Path(sys.executable).with_name("mutmut")) -> tuple[int, float, list[str], bool]:
+# `mutmut ARGS`, with its clean run of the tests left out when MUTATION_SKIP_CLEAN=1 (`clean_run_needed`).
+MUTMUT = """
+import os, sys
+from mutmut.workers import isolation
+if os.environ.get("MUTATION_SKIP_CLEAN") == "1":
+    isolation.ForkServerRunner.run_clean_tests = isolation.ForkRunner.run_clean_tests = lambda self, tests: 0
+from mutmut.__main__ import cli
+sys.argv[0] = "mutmut"
+cli()
+"""
+
+
+def run_mutmut(args: list[str], budget: float, log, grace: float = 60.0, skip_clean: bool = False,
+               mutmut: list[str] | None = None) -> tuple[int, float, list[str], bool]:
     """Run `mutmut ARGS` with a wall-clock budget; past it, stop it as Ctrl-C does (the results it saved are
     kept), and kill it if it is still running `grace` seconds later (children in a long test).
 
@@ -388,8 +484,9 @@ def run_mutmut(args: list[str], budget: float, log, grace: float = 60.0,
     """
     log.write(f"\n$ mutmut {' '.join(args[:6])}{' ...' if len(args) > 6 else ''}\n")
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(mutmut), *args], cwd=ROOT, env=mutmut_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**mutmut_env(), "MUTATION_SKIP_CLEAN": "1" if skip_clean else "0"}
+    proc = subprocess.Popen([*(mutmut or [sys.executable, "-c", MUTMUT]), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     said: list[str] = []
     reader = threading.Thread(target=log_stream, args=(proc, log, said), daemon=True)
     reader.start()
@@ -540,9 +637,13 @@ def main(argv: list[str] | None = None) -> int:
     with lock(), open(LOG, "a") as log:
         log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} python -m tests.mutation {' '.join(argv or [])}\n")
         now = fingerprints()
+        changed = changed_files(now)
         print("generating mutants (files changed since the last run) ...", flush=True)
         generate(args.max_children, log)
         print(f"test stats: {refresh_stats(now)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
+        clean_reason = clean_run_needed(changed, full_collection=not STATS.exists())
+        print(f"mutmut's clean run of the tests: {clean_reason or 'left out (the stats run checks what changed)'}",
+              flush=True)
         gpu_only, equivalents = frozenset(listed_mutants(block="gpu-only-mutants")), listed_mutants()
         skip = gpu_only | frozenset(equivalents)
         runs, selectors = plan(modules, args.full, pooled=not args.modules, skip=skip)
@@ -562,7 +663,8 @@ def main(argv: list[str] | None = None) -> int:
                 forget_results(module, run)
             debug_log.unlink(missing_ok=True)
         rc, wall, said, stopped = (run_mutmut(["run", "--max-children", str(args.max_children), *selectors],
-                                              args.budget, log) if selectors else (0, 0.0, [], False))
+                                              args.budget, log, skip_clean=clean_reason is None)
+                                   if selectors else (0, 0.0, [], False))
         if rc != 0 and not stopped:  # stopped by the budget: score what it checked, the rest is "not checked"
             print(f"mutmut failed (exit {rc}); its output is in {LOG.relative_to(ROOT)}", flush=True)
             if any(m in line for line in said for m in ("failed to collect stats", "Failed to run clean test")):

@@ -388,3 +388,14 @@ def test_as_probabilities_and_margin_on_soft_targets():
     assert as_probabilities(p, 2).dtype == torch.float32
     logits = torch.log(torch.tensor([[0.2, 0.3, 0.5]]))
     assert margin(logits, torch.tensor([[0.0, 1.0, 0.0]]), 1.0).item() == pytest.approx(0.2, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_soft_cross_entropy_is_per_sample_for_class_indices(dtype):
+    """(B, C) logits and (B,) class indices of either integer type -> (B,), one CE per sample, equal to the CE
+    against the one-hot distribution."""
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]])
+    y = torch.tensor([0, 1], dtype=dtype)
+    want = -torch.log_softmax(logits, dim=1)[torch.arange(2), y.long()]
+    assert torch.allclose(soft_cross_entropy(logits, y), want)
+    assert torch.allclose(soft_cross_entropy(logits, torch.nn.functional.one_hot(y.long(), 3).float()), want)

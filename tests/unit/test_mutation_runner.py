@@ -102,12 +102,12 @@ def test_a_budget_stop_is_reported_as_stopped_not_as_a_mutmut_failure(tmp_path):
                     "print('working', flush=True)\ntime.sleep(60)\n")
     fake.chmod(0o755)
     log = (tmp_path / "log").open("w")
-    rc, wall, said, stopped = mu.run_mutmut(["run"], budget=1.0, log=log, grace=0.5, mutmut=fake)
+    rc, wall, said, stopped = mu.run_mutmut(["run"], budget=1.0, log=log, grace=0.5, mutmut=[str(fake)])
     assert stopped and rc == -9 and wall < 30 and said == ["working"]
     quick = tmp_path / "quick"
     quick.write_text("#!/usr/bin/env python3\nprint('done')\n")
     quick.chmod(0o755)
-    assert mu.run_mutmut(["run"], budget=30.0, log=log, mutmut=quick)[::3] == (0, False)
+    assert mu.run_mutmut(["run"], budget=30.0, log=log, mutmut=[str(quick)])[::3] == (0, False)
 
 
 def test_a_mutant_run_freezes_the_inherited_heap_and_a_plain_run_does_not(monkeypatch):
@@ -133,20 +133,81 @@ class _Item:
         self.nodeid, self.location = nodeid, ("", line, "")
 
 
-def test_a_mutant_runs_the_cheapest_test_file_first_keeping_each_file_in_order(tmp_path, monkeypatch):
-    durations = {"tests/unit/a.py::t1": 5.0, "tests/unit/a.py::t2": 1.0,
-                 "tests/unit/b.py::t1": 0.5, "tests/unit/b.py::t2": 0.25}
-    (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": durations}))
+def test_a_mutant_runs_its_killers_first_then_every_test_cheapest_first():
+    durations = {"a.py::t1": 5.0, "a.py::t2": 1.0, "b.py::t1": 0.5, "b.py::t2": 0.25, "c.py::t1": 2.0,
+                 "c.py::t2": 0.1, "c.py::t3": 3.0}
+    items = [("a.py::t1", 3), ("a.py::t2", 9), ("b.py::t2", 8), ("b.py::t1", 2),
+             ("c.py::t1", 1), ("c.py::t2", 5), ("c.py::t3", 7)]
+    # test by test, not file by file
+    assert mu.test_order(items, durations, {}, set()) == [
+        "c.py::t2", "b.py::t2", "b.py::t1", "a.py::t2", "c.py::t1", "c.py::t3", "a.py::t1"]
+    # c.py has module fixtures: one block at its total time (5.1 s), in file order
+    assert mu.test_order(items, durations, {}, {"c.py"}) == [
+        "b.py::t2", "b.py::t1", "a.py::t2", "a.py::t1", "c.py::t1", "c.py::t2", "c.py::t3"]
+    # tests that killed mutants of this function go first, the one with more kills before the other
+    assert mu.test_order(items, durations, {"a.py::t1": 1, "c.py::t3": 4}, {"c.py"})[:3] == [
+        "c.py::t3", "a.py::t1", "b.py::t2"]
+    assert mu.test_order(items, durations, {"gone.py::t": 9}, set()) == mu.test_order(items, durations, {}, set())
+
+
+def test_a_kill_is_logged_for_its_function_and_orders_its_next_mutants(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    items = [_Item("tests/unit/a.py::t1", 3), _Item("tests/unit/a.py::t2", 9),
-             _Item("tests/unit/b.py::t2", 8), _Item("tests/unit/b.py::t1", 2)]
+    durations = {"tests/unit/a.py::t1": 5.0, "tests/unit/b.py::t1": 0.5}
+    (tmp_path / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": durations}))
+
+    class Report:
+        def __init__(self, nodeid, failed):
+            self.nodeid, self.failed = nodeid, failed
+
     monkeypatch.delenv("MUTANT_UNDER_TEST", raising=False)
-    mu.pytest_collection_modifyitems(None, None, items)
-    assert [i.nodeid for i in items][0] == "tests/unit/a.py::t1"  # a plain run keeps pytest's order
+    mu.pytest_runtest_logreport(Report("tests/unit/a.py::t1", True))  # a plain run logs nothing
+    assert not (tmp_path / mu.KILLERS.name).exists()
     monkeypatch.setenv("MUTANT_UNDER_TEST", "ssat.schedules.x_f__mutmut_1")
-    mu.pytest_collection_modifyitems(None, None, items)
-    assert [i.nodeid for i in items] == ["tests/unit/b.py::t1", "tests/unit/b.py::t2",
-                                          "tests/unit/a.py::t1", "tests/unit/a.py::t2"]
+    mu.pytest_runtest_logreport(Report("tests/unit/b.py::t1", False))
+    mu.pytest_runtest_logreport(Report("tests/unit/a.py::t1", True))
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "ssat.schedules.x_g__mutmut_4")
+    mu.pytest_runtest_logreport(Report("tests/unit/b.py::t1", True))
+    assert (tmp_path / mu.KILLERS.name).read_text() == (
+        "ssat.schedules.x_f\ttests/unit/a.py::t1\nssat.schedules.x_g\ttests/unit/b.py::t1\n")
+    assert mu.killers_of("ssat.schedules.x_f") == {"tests/unit/a.py::t1": 1}
+
+    items = [_Item("tests/unit/a.py::t1", 3), _Item("tests/unit/b.py::t1", 2)]
+    mu.pytest_collection_modifyitems(None, None, items)  # x_g's mutant: b first (its killer, and cheaper)
+    assert [i.nodeid for i in items] == ["tests/unit/b.py::t1", "tests/unit/a.py::t1"]
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "ssat.schedules.x_f__mutmut_9")
+    mu.pytest_collection_modifyitems(None, None, items)  # x_f's next mutant: its killer first, though slower
+    assert [i.nodeid for i in items] == ["tests/unit/a.py::t1", "tests/unit/b.py::t1"]
+    monkeypatch.delenv("MUTANT_UNDER_TEST")
+    mu.pytest_collection_modifyitems(None, None, items[::-1])  # a plain run keeps pytest's order
+    assert [i.nodeid for i in items] == ["tests/unit/a.py::t1", "tests/unit/b.py::t1"]
+
+
+def test_the_clean_run_is_left_out_only_when_nothing_but_unit_test_code_changed():
+    assert mu.clean_run_needed(None, full_collection=True) is None  # the stats run ran every test
+    assert mu.clean_run_needed(set(), full_collection=False) is None
+    assert mu.clean_run_needed({"tests/unit/test_x.py", "tests/fakedata.py"}, full_collection=False) is None
+    assert "no record" in mu.clean_run_needed(None, full_collection=False)
+    for changed in ({"ssat/losses.py"}, {"README.md", "tests/unit/test_x.py"}, {"tests/MUTATION.md"},
+                    {"sweeps/specs/mnist5k-demo.yaml"}):
+        assert sorted(changed - {"tests/unit/test_x.py"})[0] in mu.clean_run_needed(changed, full_collection=False)
+
+
+def test_the_fingerprints_cover_tests_sources_and_the_copied_data():
+    files = mu.fingerprints()
+    assert {"tests/MUTATION.md", "tests/unit/test_mutation_runner.py", "ssat/losses.py", "README.md",
+            "sweeps/specs/mnist5k-demo.yaml", "Makefile"} <= set(files)
+    assert not any("__pycache__" in f for f in files)
+
+
+def test_the_mutmut_driver_leaves_out_the_clean_run_only_when_told(tmp_path):
+    import subprocess
+    import sys
+    assert mu.MUTMUT.rstrip().endswith("cli()")
+    probe = mu.MUTMUT.rstrip().removesuffix("cli()") + "print(isolation.ForkServerRunner.run_clean_tests(None, []))"
+    for flag, want in (("1", "0"), ("0", "error")):
+        proc = subprocess.run([sys.executable, "-c", probe], env={**mu.mutmut_env(), "MUTATION_SKIP_CLEAN": flag},
+                              capture_output=True, text=True)
+        assert (proc.stdout.strip() if proc.returncode == 0 else "error") == want
 
 
 def test_continue_runs_only_the_planned_mutants_without_a_verdict(meta):

@@ -124,6 +124,7 @@ def test_best_is_the_highest_val_pgd10_and_the_checkpoints_say_what_they_are(tmp
         ckpt = load_verified(tmp_path / f"{kind}.pt")
         assert (ckpt["kind"], ckpt["epoch"], ckpt["model_name"]) == (kind, epoch, cfg.model.name)
         assert ckpt["split_hash"] == tr.split.hash and ckpt["config"] == cfg.to_dict()
+        assert ckpt["metrics"] == hist[epoch - 1]  # the metrics of the epoch it was taken at
 
 
 def test_the_optimiser_is_the_configs_sgd(tmp_path):
@@ -181,3 +182,47 @@ def test_a_compile_mode_wraps_the_model_the_optimiser_trains(tmp_path):
     assert tr.net is not tr.model and tr.net._orig_mod is tr.model
     off = Trainer(tiny(), tmp_path / "off", teacher=fake_teacher(cfg), log=lambda s: None)
     assert off.net is off.model
+
+
+def test_an_epoch_fetches_each_batch_inside_the_profilers_data_range(tmp_path):
+    """benchmarks/profile_step.py and a user's torch.profiler trace attribute batch fetching to the range "data":
+    one range per fetch, the last one finding the epoch's end."""
+    from torch.profiler import ProfilerActivity, profile
+    cfg = tiny()
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    n = len(list(tr.batches.epoch(torch.Generator().manual_seed(0))))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        tr.train_epoch(1)
+    assert sum(e.name == "data" for e in prof.events()) == n + 1
+
+
+def test_a_trainer_without_a_teacher_resolves_one_and_reports_it_in_its_log(tmp_path):
+    """Pseudo-labels a user names (data.pseudo_labels) are what the trainer trains on, and the teacher stage's
+    lines reach the trainer's log (the driver shows them)."""
+    cfg = tiny()
+    _, split = split_for(cfg)
+    probs = torch.softmax(torch.randn(len(split.unlabeled), 10, generator=torch.Generator().manual_seed(1)), 1)
+    torch.save({"probs": probs, "split_hash": split.hash}, tmp_path / "pl.pt")
+    said = []
+    tr = Trainer(cfg.replace(**{"data.pseudo_labels": str(tmp_path / "pl.pt")}), tmp_path / "run", log=said.append)
+    torch.testing.assert_close(tr.teacher.probabilities(), probs, rtol=1e-4, atol=1e-6)
+    assert [s for s in said if s.startswith("teacher: user-provided pseudo-labels")]
+
+
+def test_validation_runs_in_batches_of_the_configs_eval_batch_size(tmp_path):
+    """eval.batch_size bounds the memory of validation's PGD: no forward sees more images than it."""
+    cfg = tiny(**{"eval.batch_size": 16})
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    sizes = []
+
+    class Spy(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            sizes.append(len(x))
+            return self.inner(x)
+
+    res = tr.validate(Spy(tr.model))
+    assert max(sizes) == 16 and len(tr.x_val) == 60 and {"val/clean", "val/pgd10"} == set(res)
