@@ -70,3 +70,26 @@ def test_fp16_on_a_cpu_is_refused_with_what_to_use_instead():
 def test_a_list_given_as_text_is_parsed_with_or_without_brackets():
     for text in ("[2, 3]", "2,3", "[2,3,]"):
         assert build(**{"optim.lr_milestones": text, "optim.lr_factors": [0.1, 0.1]}).optim.lr_milestones == [2, 3]
+
+
+@pytest.mark.parametrize("text,want", [("true", True), ("Yes", True), ("on", True), ("false", False), ("no", False),
+                                       ("OFF", False)])
+def test_booleans_from_the_command_line_or_a_spec(text, want):
+    """--set method.interpolate=on: the six spellings a user types, in any case."""
+    assert build(**{"method.interpolate": text}).method.interpolate is want
+
+
+def test_a_bad_seed_names_the_field():
+    with pytest.raises(ConfigError, match=r"^seed: "):
+        from_dict(preset(BASE), {"seed": "abc"})
+
+
+def test_the_registered_names_are_read_when_asked():
+    """ssat.config.METHODS / SCHEDULES follow the registries (a schedule or method registered later is listed)."""
+    import ssat.config as config
+    from ssat.methods import method_names
+    from ssat.schedules import schedule_names
+    assert config.SCHEDULES == schedule_names() and "curious" in config.SCHEDULES
+    assert config.METHODS == method_names() and "ssat-mbi" in config.METHODS
+    with pytest.raises(AttributeError, match="no attribute 'SCHEDULE'"):
+        config.SCHEDULE
