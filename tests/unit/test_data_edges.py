@@ -23,6 +23,7 @@ def test_a_fully_labeled_split_labels_all_but_the_validation_set():
     s = make_split("mnist5k", Y, split_seed=1, n_val=12, fully_labeled=True)
     assert len(s.val) == 12 and len(s.unlabeled) == 0
     assert sorted(s.labeled.tolist() + s.val.tolist()) == list(range(60))
+    assert s.labeled.dtype == s.val.dtype == s.unlabeled.dtype == np.int64
 
 
 def test_the_size_check_counts_the_labeled_budget():
