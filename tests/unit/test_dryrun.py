@@ -45,17 +45,27 @@ def test_table1_dry_run_is_short_and_complete():
 
 
 def test_measured_times_name_their_source(tmp_path):
-    (tmp_path / "a100.json").write_text("\n".join(json.dumps(r) for r in [
-        {"device": "NVIDIA A100-SXM4-80GB", "torch": "2.11"},
-        {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 36.0}, {"model": "wrn-28-5", "cifar10_epoch_s": 1.0}]))
+    (tmp_path / "a100.json").write_text("\n".join([json.dumps({"device": "NVIDIA A100-SXM4-80GB", "torch": "2.11"}),
+                                                  "a warning line between the records",  # skipped, not the end
+                                                  "[1, 2]",  # JSON, but not a record: skipped too
+                                                  json.dumps({"trainer_model": "wrn-28-5", "cifar10_epoch_s": 36.0}),
+                                                  json.dumps({"model": "wrn-28-5", "cifar10_epoch_s": 1.0})]))
     got = measured_epoch_seconds("a100", tmp_path)
-    assert list(got) == ["wrn-28-5"] and got["wrn-28-5"][0] == 36.0 and "a100.json" in got["wrn-28-5"][1]
+    assert got == {"wrn-28-5": (36.0, "NVIDIA A100-SXM4-80GB: real Trainer, SSAT-MBI wrn-28-5, 36.0 s per CIFAR-10 "
+                                      "epoch (1 run; a100.json)")}
     assert measured_epoch_seconds("H100", tmp_path) == {}
+    (tmp_path / "b.log").write_text("\n".join(json.dumps(r) for r in [
+        {"device": "NVIDIA A100-SXM4-80GB"}, {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 40.0}]))
+    assert measured_epoch_seconds("a100", tmp_path)["wrn-28-5"] == (
+        38.0, "NVIDIA A100-SXM4-80GB: real Trainer, SSAT-MBI wrn-28-5, 38.0 s per CIFAR-10 epoch (the median of 2 "
+              "runs; a100.json, b.log)")
     (tmp_path / "b.log").write_text("\n".join(json.dumps(r) for r in [
         {"device": "NVIDIA A100-SXM4-80GB"}, {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 50.0},
         {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 40.0},
         {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 9.0, "graph_mode": "captured"},  # not the default mode
         {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 9.0, "baseline": True}]))
+    # a file without a device line is not another file's device
+    (tmp_path / "c.log").write_text(json.dumps({"trainer_model": "wrn-28-5", "cifar10_epoch_s": 1.0}))
     secs, source = measured_epoch_seconds("a100", tmp_path)["wrn-28-5"]
     assert secs == 40.0 and "the median of 3 runs" in source and "a100.json, b.log" in source
     # the shipped H200 logs: the real Trainer's eager WRN-28-5 epoch on two machines (37.7-38.3 s and 49-56 s)
