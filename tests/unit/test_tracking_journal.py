@@ -161,3 +161,21 @@ def test_whose_journal_counts_as_gone():
              f"{stem}.{host}.jsonl": False,
              f"{stem}.node.example.org.{me}.0.jsonl": True}  # a host name with dots
     assert {name: _owner_gone(Path(name), stem) for name in cases} == cases
+
+
+def test_a_store_that_failed_is_left_alone_until_its_retry_and_the_journal_makes_its_folders(tmp_path):
+    """After a failed send, an unforced drain does not knock again before RETRY_AFTER_S and says the queue is not
+    empty; the journal lives next to a spool whose folders do not exist yet."""
+    spool = tmp_path / "sweep" / "state" / "tracking_spool.jsonl"
+    t = Tracker(_away(), "exp", spool=spool, **QUIET)
+    t.ensure_run("k1", {"ssat.kind": "trial"})
+    assert len(t.queue) == 1 and t.journal.exists() and t.journal.parent == spool.parent
+    assert t.drain() is False and len(t.queue) == 1
+
+
+def test_an_artifact_root_is_used_for_a_local_store_only(tmp_path):
+    """A tracking server keeps its own artifact root (`mlflow server --artifacts-destination`); a local store is
+    given ours as a file URI."""
+    assert Tracker(_away(), "exp", artifact_root=tmp_path, **QUIET).artifact_root is None
+    local = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp", artifact_root=tmp_path / "art", **QUIET)
+    assert local.artifact_root == (tmp_path / "art").resolve().as_uri()
