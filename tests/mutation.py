@@ -369,6 +369,11 @@ def in_mutant_run() -> bool:
     return "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
 
 
+def function_under_test() -> str:
+    """The mangled name of the mutated function (mutmut's test map key): ssat.schedules.x_lr_at."""
+    return os.environ["MUTANT_UNDER_TEST"].partition("__mutmut_")[0]
+
+
 def pytest_configure(config) -> None:
     """In a mutant's run (a child forked from mutmut's fork server): freeze the objects the child
     inherited, so that garbage collection skips the fork server's heap (torch, ray, mlflow, the
@@ -378,7 +383,7 @@ def pytest_configure(config) -> None:
         gc.freeze()
 
 
-def test_order(items: list[tuple[str, int]], durations: dict[str, float], killers: dict[str, int],
+def order_tests(items: list[tuple[str, int]], durations: dict[str, float], killers: dict[str, int],
                grouped: set[str]) -> list[str]:
     """The order a mutant's tests run in (mutmut stops at the first failure): first the tests that killed
     other mutants of the same function (most kills first), then every test by its recorded time, cheapest
@@ -414,7 +419,7 @@ def killers_of(function: str, path: Path = Path(KILLERS.name)) -> dict[str, int]
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """In a mutant's run (cwd mutants/): the tests in `test_order` (mutmut hands them over as an unordered
+    """In a mutant's run (cwd mutants/): the tests in `order_tests` (mutmut hands them over as an unordered
     set and stops at the first failure, so a kill should come from the first, cheapest tests)."""
     if not in_mutant_run():
         return
@@ -425,8 +430,8 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     grouped = {item.nodeid.split("::")[0] for item in items
                if any(d.scope in ("module", "class", "package") for defs in
                       getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values() for d in defs)}
-    function = os.environ["MUTANT_UNDER_TEST"].partition("__mutmut_")[0]
-    order = test_order([(i.nodeid, i.location[1] or 0) for i in items], durations, killers_of(function), grouped)
+    order = order_tests([(i.nodeid, i.location[1] or 0) for i in items], durations,
+                        killers_of(function_under_test()), grouped)
     rank = {nodeid: k for k, nodeid in enumerate(order)}
     items.sort(key=lambda item: rank[item.nodeid])
 
@@ -435,10 +440,9 @@ def pytest_runtest_logreport(report) -> None:
     """In a mutant's run: the first failing test killed the mutant; log it (function, test) for the next
     mutants of that function. One short O_APPEND write per kill: the two workers' lines do not interleave."""
     if report.failed and in_mutant_run():
-        function = os.environ["MUTANT_UNDER_TEST"].partition("__mutmut_")[0]
         fd = os.open(KILLERS.name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, f"{function}\t{report.nodeid}\n".encode())
+            os.write(fd, f"{function_under_test()}\t{report.nodeid}\n".encode())
         finally:
             os.close(fd)
 

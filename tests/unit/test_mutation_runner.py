@@ -139,15 +139,15 @@ def test_a_mutant_runs_its_killers_first_then_every_test_cheapest_first():
     items = [("a.py::t1", 3), ("a.py::t2", 9), ("b.py::t2", 8), ("b.py::t1", 2),
              ("c.py::t1", 1), ("c.py::t2", 5), ("c.py::t3", 7)]
     # test by test, not file by file
-    assert mu.test_order(items, durations, {}, set()) == [
+    assert mu.order_tests(items, durations, {}, set()) == [
         "c.py::t2", "b.py::t2", "b.py::t1", "a.py::t2", "c.py::t1", "c.py::t3", "a.py::t1"]
     # c.py has module fixtures: one block at its total time (5.1 s), in file order
-    assert mu.test_order(items, durations, {}, {"c.py"}) == [
+    assert mu.order_tests(items, durations, {}, {"c.py"}) == [
         "b.py::t2", "b.py::t1", "a.py::t2", "a.py::t1", "c.py::t1", "c.py::t2", "c.py::t3"]
     # tests that killed mutants of this function go first, the one with more kills before the other
-    assert mu.test_order(items, durations, {"a.py::t1": 1, "c.py::t3": 4}, {"c.py"})[:3] == [
+    assert mu.order_tests(items, durations, {"a.py::t1": 1, "c.py::t3": 4}, {"c.py"})[:3] == [
         "c.py::t3", "a.py::t1", "b.py::t2"]
-    assert mu.test_order(items, durations, {"gone.py::t": 9}, set()) == mu.test_order(items, durations, {}, set())
+    assert mu.order_tests(items, durations, {"gone.py::t": 9}, set()) == mu.order_tests(items, durations, {}, set())
 
 
 def test_a_kill_is_logged_for_its_function_and_orders_its_next_mutants(tmp_path, monkeypatch):
