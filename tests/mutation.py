@@ -331,18 +331,18 @@ def importers(test_files: set[str]) -> set[str]:
     return out
 
 
-def refresh_stats(now: dict[str, str]) -> str:
+def refresh_stats(changed: set[str] | None) -> str:
     """Forget the stats of tests that may now reach other functions, so mutmut re-collects just those.
 
     mutmut re-collects only tests it has never seen; a changed test file or source module would leave
     its map stale (a test that now calls f would not be run against f's mutants). Dropped from the map:
     the tests of a changed unit test file and of the unit test files that import a changed test file
     (tests/fakedata.py, another test module), and every test that reached a changed source module.
-    Without a record of the files the map was made from, the whole map goes (a full, slower collection).
+    Without a record of the files the map was made from (`changed` None), the whole map goes (a full, slower
+    collection).
     """
     if not STATS.exists():
         return "no stats yet: full collection"
-    changed = changed_files(now)
     if changed is None:
         STATS.unlink()
         return "stats of unknown age: full collection"
@@ -644,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         changed = changed_files(now)
         print("generating mutants (files changed since the last run) ...", flush=True)
         generate(args.max_children, log)
-        print(f"test stats: {refresh_stats(now)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
+        print(f"test stats: {refresh_stats(changed)}  [{time.perf_counter() - t0:.0f} s]", flush=True)
         clean_reason = clean_run_needed(changed, full_collection=not STATS.exists())
         print(f"mutmut's clean run of the tests: {clean_reason or 'left out (the stats run checks what changed)'}",
               flush=True)
