@@ -90,20 +90,28 @@ class ResNet18(nn.Module):
 
 
 class SmallCNN(nn.Module):
-    """Two conv blocks and an MLP head for 28x28 one-channel images (MNIST-5k); trains in seconds on a CPU."""
+    """Two conv blocks and an MLP head for 28x28 one-channel images (MNIST-5k); trains in seconds on a CPU.
+
+    Each block is conv, BN, max-pool, ReLU: max-pooling before the ReLU gives the same outputs and gradients
+    as after it (both are monotone, and a window without a positive value passes no gradient either way), and
+    the ReLU then runs on a quarter of the values.
+    """
 
     def __init__(self, num_classes: int, in_channels: int = 1, dropout: float = 0.0):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.MaxPool2d(2), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.MaxPool2d(2), nn.ReLU(),
         )
         self.head = nn.Sequential(nn.Flatten(), nn.Linear(32 * 7 * 7, 64), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(64, num_classes))
         _init(self)
 
     def forward(self, x):
-        return self.head(F.adaptive_avg_pool2d(self.features(x), 7))
+        """x: (B, C, H, W) -> logits (B, classes). 28x28 inputs reach the head as 7x7 maps; other sizes are
+        average-pooled to 7x7 (skipped at 7x7, where it is the identity and, on a CPU, 10% of a PGD step)."""
+        f = self.features(x)
+        return self.head(f if f.shape[-2:] == (7, 7) else F.adaptive_avg_pool2d(f, 7))
 
 
 def _init(model: nn.Module) -> None:
