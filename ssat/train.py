@@ -393,7 +393,8 @@ class Trainer:
             improved = self.best_epoch == 0 or score > (self.best_score, self.best_clean)
             if improved:
                 (self.best_score, self.best_clean), self.best_epoch = score, epoch
-            metrics["val/best_pgd10"] = self.best_score
+            if math.isfinite(self.best_score):  # not before the first validation: -inf would reach every logger
+                metrics["val/best_pgd10"] = self.best_score
             self.epoch = epoch
             self.history.append(metrics)
             self.save(metrics, selection, improved)
