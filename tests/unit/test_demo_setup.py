@@ -8,10 +8,10 @@ from sweeps.demo import SPEC, best_row, setup_text
 from sweeps.paths import SweepError
 from sweeps.spec import load_spec
 
-SHIPPED = ("CPU-sized setup: model cnn-small; 20 epochs of SGD (lr 0.05, x0.1 from epoch 14; batch 32); "
-           "training PGD-5 (step 0.25 eps_max); 100 labeled + 2,000 pseudo-labeled images; validation 500 images; "
-           "test: all test images (best checkpoint); AutoAttack: the first 100 test images, seed 0's best checkpoint "
-           "of the best row by PGD-20")
+SHIPPED = ("CPU-sized setup: model cnn-small; 70 epochs of SGD (lr 0.05, x0.1 from epoch 49; batch 32); "
+           "training PGD-3 (step 0.5 eps_max); 100 labeled + 500 pseudo-labeled images; validation 500 images, "
+           "every 5th epoch and the last two; test: all test images (best checkpoint); AutoAttack: the first 100 "
+           "test images, seed 0's best checkpoint of the best row by PGD-20")
 
 
 def test_the_shipped_demo_states_its_choices():
@@ -26,8 +26,10 @@ def test_the_caption_follows_the_config_that_ran():
     assert "training PGD-7" in text and "100 labeled + 3,000 pseudo-labeled" in text
     assert "test: the first 200 test images" in text and "every seed's best checkpoint of the best row" in text
     # AutoAttack in every trial (eval.autoattack true): no best-row clause
-    every = setup_text(load_spec(SPEC, sets={"eval.autoattack": True, "data.n_unlabeled": None}).trials()[0].config)
+    every = setup_text(load_spec(SPEC, sets={"eval.autoattack": True, "data.n_unlabeled": None,
+                                             "eval.val_every": 1}).trials()[0].config)
     assert every.endswith("seed 0's best checkpoint") and "100 labeled + all other pseudo-labeled images" in every
+    assert "validation 500 images; test" in every  # every epoch: nothing said
 
 
 def _runs(cells: dict) -> pd.DataFrame:
