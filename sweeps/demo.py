@@ -108,7 +108,7 @@ def setup_text(cfg: Config) -> str:
              f"{o.epochs} epochs of SGD (lr {o.lr:g}{decay}; batch {o.batch_size})",
              f"training PGD-{a.steps} (step {a.step_ratio:g} eps_max)",
              f"{d.n_labeled or default_labeled} labeled + {unlabeled} pseudo-labeled images",
-             f"validation {d.n_val or default_val} images" + (f", every {e.val_every}th epoch and the last two"
+             f"validation {d.n_val or default_val} images" + (f" every {e.val_every} epochs and in the last two"
                                                                if e.val_every > 1 else ""),
              f"test: {test} test images ({'/'.join(e.checkpoints)} checkpoint)"]
     parts.append(f"AutoAttack: {aa_images} test images, {aa_seeds}'s {'/'.join(e.autoattack_checkpoints)} "

@@ -9,8 +9,8 @@ from sweeps.paths import SweepError
 from sweeps.spec import load_spec
 
 SHIPPED = ("CPU-sized setup: model cnn-small; 70 epochs of SGD (lr 0.05, x0.1 from epoch 49; batch 32); "
-           "training PGD-3 (step 0.5 eps_max); 100 labeled + 500 pseudo-labeled images; validation 500 images, "
-           "every 5th epoch and the last two; test: all test images (best checkpoint); AutoAttack: the first 100 "
+           "training PGD-3 (step 0.5 eps_max); 100 labeled + 500 pseudo-labeled images; validation 500 images "
+           "every 5 epochs and in the last two; test: all test images (best checkpoint); AutoAttack: the first 100 "
            "test images, seed 0's best checkpoint of the best row by PGD-20")
 
 
@@ -20,10 +20,12 @@ def test_the_shipped_demo_states_its_choices():
 
 def test_the_caption_follows_the_config_that_ran():
     spec = load_spec(SPEC, epochs=30, sets={"data.n_unlabeled": 3000, "eval.test_n": 200, "attack.steps": 7,
-                                            "eval.autoattack_seeds": None, "optim.lr_decay_after_milestone": True})
+                                            "eval.autoattack_seeds": None, "optim.lr_decay_after_milestone": True,
+                                            "eval.val_every": 2})
     text = setup_text(spec.trials()[0].config)
     assert "30 epochs of SGD (lr 0.05, x0.1 from epoch 22; batch 32)" in text
     assert "training PGD-7" in text and "100 labeled + 3,000 pseudo-labeled" in text
+    assert "validation 500 images every 2 epochs and in the last two;" in text
     assert "test: the first 200 test images" in text and "every seed's best checkpoint of the best row" in text
     # AutoAttack in every trial (eval.autoattack true): no best-row clause
     every = setup_text(load_spec(SPEC, sets={"eval.autoattack": True, "data.n_unlabeled": None,
