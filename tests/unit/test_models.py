@@ -63,3 +63,15 @@ def test_parameter_names_are_those_of_saved_checkpoints():
         "features.5.num_batches_tracked",
         "head.1.weight", "head.1.bias", "head.4.weight", "head.4.bias",
     ]
+
+
+def test_28x28_images_reach_the_head_as_32_maps_of_7x7_without_the_average_pool(monkeypatch):
+    """The 7x7 average pool is the identity on 7x7 maps and is skipped there (a CPU PGD step's 10%); other
+    sizes still go through it."""
+    m = SmallCNN(10)
+    assert m.features(torch.rand(2, 1, 28, 28)).shape == (2, 32, 7, 7)
+    pooled = []
+    real = F.adaptive_avg_pool2d
+    monkeypatch.setattr(F, "adaptive_avg_pool2d", lambda x, size: pooled.append(tuple(x.shape)) or real(x, size))
+    assert m(torch.rand(2, 1, 28, 28)).shape == (2, 10) and pooled == []
+    assert m(torch.rand(2, 1, 32, 32)).shape == (2, 10) and pooled == [(2, 32, 8, 8)]
