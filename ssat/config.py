@@ -24,6 +24,7 @@ INNER_TARGETS = ("soft", "hard")
 INITS = ("uniform", "normal")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 LABELED_SAMPLINGS = ("random", "cycle")
+SWA_BNS = ("recompute", "average")
 AWR_FORWARDS = ("single", "authors")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
@@ -113,7 +114,10 @@ class OptimConfig:
     batch_size: int = 128              # union batch (SSAT-MBI, RST, UAT++, TRADES)
     labeled_batch: int = 64            # AWR variants
     unlabeled_batch: int = 128         # AWR variants
-    swa_start: int | None = None       # AWR: SWA from the epoch after this one
+    swa_start: int | None = None       # SWA from the epoch after this one (the AWR presets: 50; any method)
+    swa_bn: str = "recompute"          # the SWA model's BN statistics: recompute (one pass over the clean training
+                                       # images, torch's update_bn; AWR) or average (the running statistics averaged
+                                       # with the weights: they keep the adversarial inputs' statistics; the demo)
 
 
 @dataclass
@@ -243,7 +247,8 @@ LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device
 # Fields added after runs were tracked, left out of config_hash while they hold the value that reproduces the
 # code before them: every run tracked so far keeps its key (tests/unit/test_preset_hashes.py).
 HASH_NEUTRAL = {("data", "labeled_sampling"): "random", ("method", "awr_forwards"): "single",
-                ("attack", "inner_target"): "soft", ("optim", "lr_decay_after_milestone"): False}
+                ("attack", "inner_target"): "soft", ("optim", "lr_decay_after_milestone"): False,
+                ("optim", "swa_bn"): "recompute"}
 # Performance switches, hashed as the value given here: system.compile was hashed before it was declared one,
 # so it is hashed as "off" whatever it is (every key made with the default stays); newer ones (None) not at all.
 PERF_FIELDS = {("system", "compile"): "off", ("system", "graph_mode"): None, ("system", "cudnn_benchmark"): None}
@@ -439,6 +444,7 @@ def validate(cfg: Config) -> None:
     _one_of("attack.init", a.init, INITS)
     _one_of("attack.inner_target", a.inner_target, INNER_TARGETS)
     _one_of("data.labeled_sampling", d.labeled_sampling, LABELED_SAMPLINGS)
+    _one_of("optim.swa_bn", cfg.optim.swa_bn, SWA_BNS)
     _one_of("method.awr_forwards", m.awr_forwards, AWR_FORWARDS)
     _one_of("system.precision", s.precision, PRECISIONS)
     _one_of("system.device", s.device, DEVICES)
@@ -485,6 +491,8 @@ def validate(cfg: Config) -> None:
         _need(getattr(o, name) >= 1, f"optim.{name}: {getattr(o, name)}; allowed: >= 1")
     if o.swa_start is not None:
         _need(0 <= o.swa_start < o.epochs, f"optim.swa_start: {o.swa_start}; allowed: 0..{o.epochs - 1} or None")
+    _need(o.swa_start is not None or o.swa_bn == "recompute", f"optim.swa_bn: {o.swa_bn!r} without SWA "
+          "(optim.swa_start is None); allowed without SWA: 'recompute' (the default; set optim.swa_start to average)")
     _need(e.batch_size >= 1, f"eval.batch_size: {e.batch_size}; allowed: >= 1")
     _need(e.val_every >= 1, f"eval.val_every: {e.val_every}; allowed: >= 1")
     _need(e.test_n is None or e.test_n >= 1, f"eval.test_n: {e.test_n}; allowed: >= 1 or None")

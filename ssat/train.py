@@ -114,7 +114,8 @@ class Trainer:
             torch.backends.cudnn.benchmark = s.cudnn_benchmark
         val = torch.from_numpy(self.split.val)
         self.x_val, self.y_val = self._prep(to_float(x_train[val]).to(self.device)), y_train[val].to(self.device)
-        self.swa = torch.optim.swa_utils.AveragedModel(self.model) if o.swa_start is not None else None
+        self.swa = None if o.swa_start is None else \
+            torch.optim.swa_utils.AveragedModel(self.model, use_buffers=o.swa_bn == "average")
         self.epoch, self.best_score, self.best_clean, self.best_epoch, self.history = 0, -math.inf, -math.inf, 0, []
         self.train_seconds = 0.0
         if (self.out / "state.pt").exists():
@@ -323,9 +324,11 @@ class Trainer:
                                             model)
 
     def selection_model(self, epoch: int) -> nn.Module:
-        """The model whose validation PGD-10 decides 'best': the SWA model once SWA has started (AWR)."""
+        """The model whose validation PGD-10 decides 'best': the SWA model once SWA has started, its BN statistics
+        recomputed on clean images or averaged with the weights (optim.swa_bn)."""
         if self._swa_active(epoch):
-            self._recompute_bn(self.swa.module)
+            if self.cfg.optim.swa_bn == "recompute":
+                self._recompute_bn(self.swa.module)
             return self.swa.module
         return self.model
 

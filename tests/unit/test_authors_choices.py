@@ -98,10 +98,10 @@ def test_the_other_presets_keep_the_earlier_choices(name):
 def test_a_neutral_value_keeps_the_config_hash_and_any_other_changes_it():
     cfg = from_dict(preset("mnist5k-ssat-mbi-awr"))
     neutral = {"data.labeled_sampling": "random", "method.awr_forwards": "single", "attack.inner_target": "soft",
-               "optim.lr_decay_after_milestone": False}
+               "optim.lr_decay_after_milestone": False, "optim.swa_bn": "recompute"}
     assert cfg.replace(**neutral).config_hash() == cfg.config_hash() == "673476a50887"
     other = {"data.labeled_sampling": "cycle", "method.awr_forwards": "authors", "attack.inner_target": "hard",
-             "optim.lr_decay_after_milestone": True, "system.precision": "fp16"}
+             "optim.lr_decay_after_milestone": True, "system.precision": "fp16", "optim.swa_bn": "average"}
     hashes = {cfg.replace(**{k: v}).config_hash() for k, v in other.items()}
     assert len(hashes) == len(other) and cfg.config_hash() not in hashes
 

@@ -1,6 +1,8 @@
-"""The SWA model's BatchNorm pass (AWR): statistics recomputed on the clean training images, one cumulative pass."""
+"""The SWA model's BatchNorm statistics: recomputed on the clean training images in one cumulative pass (optim.swa_bn
+recompute, the AWR presets), or averaged with the weights (average, the demo)."""
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -33,3 +35,56 @@ def test_awr_recomputes_on_the_unlabeled_images():
     fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=True), batches=SimpleNamespace(xu=xu, x=x), _prep=lambda t: t)
     Trainer._recompute_bn(fake, model)
     assert model[0].running_mean.item() == torch.tensor(0.2).item()
+
+
+# ---- optim.swa_bn = "average": the BN statistics are averaged with the weights, nothing is recomputed ----------
+def _trainer(tmp_path, swa_bn, monkeypatch):
+    from tests.unit.test_trainer import fake_teacher, tiny
+
+    cfg = tiny(**{"optim.swa_start": 1, "optim.swa_bn": swa_bn, "eval.val_every": 1})
+    calls = []
+    orig = Trainer._recompute_bn
+    monkeypatch.setattr(Trainer, "_recompute_bn", lambda self, m: (calls.append(self.epoch), orig(self, m)))
+    return Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None), calls
+
+
+def _bn(model):
+    return next(m for m in model.modules() if isinstance(m, nn.BatchNorm2d))
+
+
+def test_average_mode_averages_running_statistics_and_weights_over_the_epochs_after_swa_start(tmp_path, monkeypatch):
+    tr, calls = _trainer(tmp_path, "average", monkeypatch)
+    raw = []
+    for m in tr.epochs():  # 3 epochs; SWA from the epoch after swa_start=1: epochs 2 and 3
+        bn = _bn(tr.model)
+        raw.append((bn.running_mean.clone(), bn.running_var.clone(), bn.weight.detach().clone()))
+    assert calls == []  # nothing recomputed on clean images
+    avg = _bn(tr.swa.module)
+    for got, i in ((avg.running_mean, 0), (avg.running_var, 1), (avg.weight, 2)):
+        want = (raw[1][i] + raw[2][i]) / 2
+        assert torch.allclose(got, want, atol=1e-6) and not torch.allclose(got, raw[2][i], atol=1e-4)
+    # the averaged model is what was validated and saved as the last checkpoint
+    from ssat.storage import load_verified
+    last = load_verified(tmp_path / "last.pt")["model"]
+    name = next(k for k in last if k.endswith("running_mean"))
+    assert torch.equal(last[name], avg.running_mean.cpu())
+
+
+def test_recompute_mode_recomputes_each_validated_swa_epoch(tmp_path, monkeypatch):
+    tr, calls = _trainer(tmp_path, "recompute", monkeypatch)
+    tr.fit()
+    assert calls == [1, 2]  # before epochs 2 and 3 are recorded (self.epoch is still the previous one)
+    assert not torch.allclose(_bn(tr.swa.module).running_mean, _bn(tr.model).running_mean, atol=1e-4)
+
+
+def test_swa_bn_is_checked_by_name():
+    from ssat.config import ConfigError, from_dict
+    from ssat.presets import preset
+
+    with pytest.raises(ConfigError, match=r"^optim\.swa_bn: 'mean' is not allowed.*allowed: recompute, average"):
+        from_dict(preset("mnist5k-ssat-mbi"), {"optim.swa_start": 3, "optim.swa_bn": "mean"})
+    with pytest.raises(ConfigError, match=r"optim\.swa_bn: 'average' without SWA \(optim\.swa_start is None\); "
+                                          r"allowed without SWA: 'recompute'"):
+        from_dict(preset("mnist5k-ssat-mbi"), {"optim.swa_bn": "average"})
+    cfg = from_dict(preset("mnist5k-ssat-mbi"), {"optim.swa_start": 3})
+    assert cfg.replace(**{"optim.swa_bn": "average"}).config_hash() != cfg.config_hash()
