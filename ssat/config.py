@@ -549,7 +549,8 @@ def scale_epochs(d: dict, epochs: int) -> dict:
     """Rescale every epoch number of a nested config dict to a run of `epochs` epochs.
 
     Rule: x -> max(1, round_half_up(x * epochs / E)) for t, rho_double_epoch and lr milestones;
-    swa_start -> round_half_up(swa_start * epochs / E) (0 allowed). Milestones that collide after
+    swa_start -> round_half_up(swa_start * epochs / E), 0 allowed, at most epochs - 1 (the last epoch is still
+    averaged: 60 of 70 epochs is 1 of 2, not 2). Milestones that collide after
     rounding are refused with a message rather than silently merged.
     """
     d = json.loads(json.dumps(d))
@@ -578,5 +579,5 @@ def scale_epochs(d: dict, epochs: int) -> dict:
                           f"scaling ({scaled}); use more epochs or set optim.lr_milestones explicitly")
     opt["lr_milestones"] = scaled
     if opt.get("swa_start") is not None:
-        opt["swa_start"] = sc(opt["swa_start"], lo=0)
+        opt["swa_start"] = min(sc(opt["swa_start"], lo=0), epochs - 1)
     return d

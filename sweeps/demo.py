@@ -104,8 +104,11 @@ def setup_text(cfg: Config) -> str:
     test = f"the first {e.test_n:,}" if e.test_n else "all"
     aa_images = f"the first {e.autoattack_n:,}" if e.autoattack_n else "the same"
     aa_seeds = "every seed" if e.autoattack_seeds is None else "seed " + ", ".join(map(str, e.autoattack_seeds))
+    bn = "batch-norm statistics averaged with them" if o.swa_bn == "average" else \
+        "batch-norm statistics recomputed on clean images"
     parts = [f"model {cfg.model.name}",
-             f"{o.epochs} epochs of SGD (lr {o.lr:g}{decay}; batch {o.batch_size})",
+             f"{o.epochs} epochs of SGD (lr {o.lr:g}{decay}; batch {o.batch_size})"
+             + ("" if o.swa_start is None else f", weights averaged (SWA) from epoch {o.swa_start + 1}, {bn}"),
              f"training PGD-{a.steps} (step {a.step_ratio:g} eps_max)",
              f"{d.n_labeled or default_labeled} labeled + {unlabeled} pseudo-labeled images",
              f"validation {d.n_val or default_val} images" + (f" every {e.val_every} epochs and in the last two"

@@ -96,6 +96,10 @@ def test_scale_epochs_rule_and_refusal():
                       "attack": {"t": None}}, 20)
     assert (d["optim"]["swa_start"], d["optim"]["lr_milestones"], d["attack"]["t"]) == (10, [16], None)
     assert scale_epochs({"optim": {"epochs": 10, "swa_start": 0, "lr_milestones": []}}, 20)["optim"]["swa_start"] == 0
+    # rounded up to the last epoch it would average nothing: kept one epoch before it (60 of 70 -> 1 of 2, not 2)
+    two = scale_epochs({"optim": {"epochs": 70, "swa_start": 60, "lr_milestones": [49]}}, 2)["optim"]
+    assert (two["swa_start"], two["lr_milestones"]) == (1, [1])
+    assert scale_epochs({"optim": {"epochs": 70, "swa_start": 60, "lr_milestones": [49]}}, 140)["optim"]["swa_start"] == 120
 
 
 def test_overrides_keep_an_equals_sign_in_the_value_and_suggest_any_key():

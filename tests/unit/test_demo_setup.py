@@ -8,7 +8,8 @@ from sweeps.demo import SPEC, best_row, setup_text
 from sweeps.paths import SweepError
 from sweeps.spec import load_spec
 
-SHIPPED = ("CPU-sized setup: model cnn-small; 70 epochs of SGD (lr 0.05, x0.1 from epoch 49; batch 32); "
+SHIPPED = ("CPU-sized setup: model cnn-small; 70 epochs of SGD (lr 0.05, x0.1 from epoch 49; batch 32), weights "
+           "averaged (SWA) from epoch 61, batch-norm statistics averaged with them; "
            "training PGD-3 (step 0.5 eps_max); 100 labeled + 500 pseudo-labeled images; validation 500 images "
            "every 5 epochs and in the last two; test: all test images (best checkpoint); AutoAttack: the first 100 "
            "test images, seed 0's best checkpoint of the best row by PGD-20")
@@ -23,7 +24,8 @@ def test_the_caption_follows_the_config_that_ran():
                                             "eval.autoattack_seeds": None, "optim.lr_decay_after_milestone": True,
                                             "eval.val_every": 2})
     text = setup_text(spec.trials()[0].config)
-    assert "30 epochs of SGD (lr 0.05, x0.1 from epoch 22; batch 32)" in text
+    assert "30 epochs of SGD (lr 0.05, x0.1 from epoch 22; batch 32), weights averaged (SWA) from epoch 27, " \
+           "batch-norm statistics averaged with them;" in text
     assert "training PGD-7" in text and "100 labeled + 3,000 pseudo-labeled" in text
     assert "validation 500 images every 2 epochs and in the last two;" in text
     assert "test: the first 200 test images" in text and "every seed's best checkpoint of the best row" in text
@@ -32,6 +34,11 @@ def test_the_caption_follows_the_config_that_ran():
                                              "eval.val_every": 1}).trials()[0].config)
     assert every.endswith("seed 0's best checkpoint") and "100 labeled + all other pseudo-labeled images" in every
     assert "validation 500 images; test" in every  # every epoch: nothing said
+    recomputed = setup_text(load_spec(SPEC, sets={"optim.swa_bn": "recompute"}).trials()[0].config)
+    assert "batch 32), weights averaged (SWA) from epoch 61, batch-norm statistics recomputed on clean images;" \
+        in recomputed
+    plain = setup_text(load_spec(SPEC, sets={"optim.swa_start": None, "optim.swa_bn": "recompute"}).trials()[0].config)
+    assert "batch 32); training PGD-3" in plain  # no SWA: nothing said
 
 
 def _runs(cells: dict) -> pd.DataFrame:
