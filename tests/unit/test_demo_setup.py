@@ -11,7 +11,7 @@ from sweeps.spec import load_spec
 SHIPPED = ("CPU-sized setup: model cnn-small; 70 epochs of SGD (lr 0.05, x0.1 from epoch 49; batch 32), weights "
            "averaged (SWA) from epoch 61, batch-norm statistics averaged with them; "
            "training PGD-3 (step 0.5 eps_max); 100 labeled + 500 pseudo-labeled images; validation 500 images "
-           "every 5 epochs and in the last two; test: all test images (best checkpoint); AutoAttack: the first 100 "
+           "every 10 epochs and in the last two; test: all test images (best checkpoint); AutoAttack: the first 100 "
            "test images, seed 0's best checkpoint of the best row by PGD-20")
 
 
