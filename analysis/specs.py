@@ -108,19 +108,29 @@ def is_teacher(run: Mapping) -> bool:
     return value(run, "meta.kind") == "teacher"
 
 
+def is_standard(run: Mapping) -> bool:
+    """Standard training: the method's code with lambda 0 (the mnist5k-standard preset is ssat-mbi with lambda 0,
+    schedule const, no interpolation). It belongs in no method's row: in Table 2 it would pass for 'none|no-int'.
+    Runs logged without the param count as adversarial."""
+    lam = param(run, "lambda")
+    return lam is not None and float(lam) == 0.0
+
+
 def main_row(run: Mapping) -> str | None:
     """Table 1: the method; the teacher run is the FixMatch row."""
-    return "FixMatch" if is_teacher(run) else METHOD_ROWS.get(param(run, "method"))
+    if is_teacher(run):
+        return "FixMatch"
+    return None if is_standard(run) else METHOD_ROWS.get(param(run, "method"))
 
 
 def method_row(run: Mapping) -> str | None:
     """Training-time table: the method (teachers have no row)."""
-    return None if is_teacher(run) else METHOD_ROWS.get(param(run, "method"))
+    return None if is_teacher(run) or is_standard(run) else METHOD_ROWS.get(param(run, "method"))
 
 
 def ablation_row(run: Mapping, method: str) -> str | None:
     """Tables 2/4: '<schedule family>|<int or no-int>' for runs of `method`."""
-    if is_teacher(run) or param(run, "method") != method:
+    if is_teacher(run) or is_standard(run) or param(run, "method") != method:
         return None
     glo, interp = GLOBAL_LABELS.get(param(run, "schedule")), param(run, "interpolate")
     if glo is None or interp is None:
@@ -154,14 +164,15 @@ def schedule_label(run: Mapping) -> str | None:
 
 def schedules_row(run: Mapping) -> str | None:
     """Table 3: SSAT-MBI runs with interpolation on, by schedule."""
-    if is_teacher(run) or param(run, "method") != "ssat-mbi" or param(run, "interpolate") is not True:
+    if is_teacher(run) or is_standard(run) or param(run, "method") != "ssat-mbi" \
+            or param(run, "interpolate") is not True:
         return None
     return schedule_label(run)
 
 
 def supervised_row(run: Mapping) -> str | None:
     """Table 6: TRADES alone, or TRADES with interpolation and Curious ('TRADES+Ours')."""
-    if param(run, "method") != "trades":
+    if param(run, "method") != "trades" or is_standard(run):
         return None
     interp, sched = bool(param(run, "interpolate")), param(run, "schedule")
     if not interp and sched == "const":
@@ -175,7 +186,7 @@ def sweep_row(name: str) -> Callable[[Mapping], str | None]:
     """Figs. 4-5 as tables: SSAT-MBI runs, one row per value of the swept parameter `name`."""
     def row(run: Mapping) -> str | None:
         v = param(run, name)
-        if is_teacher(run) or param(run, "method") != "ssat-mbi" or v is None:
+        if is_teacher(run) or is_standard(run) or param(run, "method") != "ssat-mbi" or v is None:
             return None
         return f"{name}={_num(v)}"
     return row

@@ -424,3 +424,20 @@ def test_provenance_regenerates_the_same_table():
     noise = run({"clean": 1.0}, seed=9, table="main", **abl("none", False))
     again = frame(*[r for r in df.to_dict("records") if r["run_id"] in prov["run_ids"]], noise)
     assert render_table(again, "ablation", "md") == render_table(df, "ablation", "md")
+
+
+@pytest.mark.parametrize("table, kw", [
+    ("ablation", {"schedule": "const", "interpolate": False}),  # would pass for none|no-int
+    ("schedules", {"schedule": "const", "interpolate": True}),
+    ("main", {}),
+    ("supervised", {"method": "trades", "schedule": "const", "interpolate": False}),
+    ("beta-sensitivity", {}),
+])
+def test_a_standard_training_run_joins_no_methods_row(table, kw):
+    """lambda 0 is standard training (mnist5k-standard: ssat-mbi with lambda 0): it is nobody's cell, while the same
+    run with lambda 8 is counted. Runs without the param (logged before it) still count."""
+    recs = [run({"clean": 90.0}, table=table, seed=s, extra={"param.lambda": lam}, **kw)
+            for s, lam in ((0, "8.0"), (1, "0.0"), (2, None))]
+    cells = build_table(frame(*recs), table).cells
+    cells = cells[(cells["column"] == "clean") & cells["n"].gt(0)]
+    assert len(cells) == 1 and cells["n"].iloc[0] == 2, cells
