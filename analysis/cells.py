@@ -352,9 +352,9 @@ def _detail_note(spec: TableSpec, sel: pd.DataFrame, values: pd.DataFrame) -> li
     used = sel[sel["run_id"].isin(values["run_id"])]
     found = {}
     for run in used.to_dict("records"):
-        glo = run["row"].split("|")[0]
-        if glo != "none":
-            found.setdefault(glo, set()).add(spec.detail_of(run))
+        glo, detail = run["row"].split("|")[0], spec.detail_of(run)
+        if glo != "none" and detail is not None:
+            found.setdefault(glo, set()).add(detail)
     if not found:
         return []
     ours = ", ".join(f"{glo} = {' / '.join(sorted(map(str, d)))}" for glo, d in sorted(found.items()))

@@ -272,6 +272,11 @@ def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_)
 
 
 # ---- Tables 2 and 4 --------------------------------------------------------------------------
+def _ablation_colour(row: str) -> str:
+    """Light blue without interpolation, dark with it, grey for a row of neither (the standard-training baseline)."""
+    return "#9ecae1" if row.endswith("|no-int") else "#3182bd" if row.endswith("|int") else "0.6"
+
+
 def ablation_figure(df_runs: pd.DataFrame, table: str = "ablation", **options) -> Figure:
     """Table 2 (or 4) as bars from 0: one panel per metric, one bar per row of the first column group, labelled
     with the table's mean; error bars = std over seeds (ddof 1) where a cell has two or more; "n/a" where a
@@ -289,7 +294,7 @@ def ablation_figure(df_runs: pd.DataFrame, table: str = "ablation", **options) -
         has = n > 0
         bars = ax.bar(x[has], part["mean"][has], yerr=part["std"][has], capsize=3,
                       error_kw={"errorevery": n[has] >= 2},
-                      color=["#9ecae1" if "no-int" in r else "#3182bd" for r in np.array(rows)[has]])
+                      color=[_ablation_colour(r) for r in np.array(rows)[has]])
         ax.bar_label(bars, fmt=f"%.{col.decimals}f", label_type="center", fontsize="x-small")
         for xi in x[~has]:
             ax.text(xi, 0.01, "n/a", transform=ax.get_xaxis_transform(), ha="center", va="bottom",

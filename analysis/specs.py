@@ -102,6 +102,7 @@ def _num(x) -> str:
 METHOD_ROWS = {"uat++": "UAT++", "rst": "RST", "ssat-mbi": "SSAT-MBI", "srst-awr": "SRST-AWR",
                "ssat-mbi-awr": "SSAT-MBI-AWR"}
 GLOBAL_LABELS = {"const": "none", "linear": "Lin.", "curious": "Cur."}
+STANDARD_ROW = "standard training"
 
 
 def is_teacher(run: Mapping) -> bool:
@@ -129,9 +130,12 @@ def method_row(run: Mapping) -> str | None:
 
 
 def ablation_row(run: Mapping, method: str) -> str | None:
-    """Tables 2/4: '<schedule family>|<int or no-int>' for runs of `method`."""
-    if is_teacher(run) or is_standard(run) or param(run, "method") != method:
+    """Tables 2/4: '<schedule family>|<int or no-int>' for runs of `method`; its standard-training runs (lambda 0)
+    are the STANDARD_ROW baseline, which the paper's tables do not have (rows found only in runs come last)."""
+    if is_teacher(run) or param(run, "method") != method:
         return None
+    if is_standard(run):
+        return STANDARD_ROW
     glo, interp = GLOBAL_LABELS.get(param(run, "schedule")), param(run, "interpolate")
     if glo is None or interp is None:
         return None
@@ -160,6 +164,11 @@ def schedule_label(run: Mapping) -> str | None:
     if sched == "curious":
         return f"Curious-({_num(param(run, 'gamma'))},{t_text})"
     return None
+
+
+def ablation_detail(run: Mapping) -> str | None:
+    """What Glo. stands for in a run of Tables 2/4 (standard training attacks nothing: no schedule to state)."""
+    return None if is_standard(run) else schedule_label(run)
 
 
 def schedules_row(run: Mapping) -> str | None:
@@ -202,7 +211,10 @@ def rho_group(run: Mapping) -> str | None:
 
 
 def ablation_cells(row: str) -> tuple[str, str]:
-    """'Lin.|int' -> ('Lin.', '✓'): the paper's two label columns Glo. and Int."""
+    """'Lin.|int' -> ('Lin.', '✓'): the paper's two label columns Glo. and Int.; the standard-training row spans
+    them ('standard training', '')."""
+    if row == STANDARD_ROW:
+        return row, ""
     glo, interp = row.split("|", 1)
     return ("✗" if glo == "none" else glo), ("✓" if interp == "int" else "✗")
 
@@ -225,16 +237,16 @@ SPECS: dict[str, TableSpec] = {s.name: s for s in (
     TableSpec("ablation", "Table 2", "Ablation study of SSAT-MBI (Glo.: global epsilon scheduling, "
               "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi"),
               blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold",
-              label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
-              paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,70)"),
+              unranked=frozenset({STANDARD_ROW}), label_headers=("Glo.", "Int."), label_cells=ablation_cells,
+              detail_of=ablation_detail, paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,70)"),
     TableSpec("schedules", "Table 3", "Global epsilon scheduling strategies (interpolation on)", ACC3,
               schedules_row, blocks=(SCHEDULE_ROWS,), baselines=("Const",), emphasis="bold+underline",
               label_headers=("Strategy",)),
     TableSpec("awr-ablation", "Table 4", "Ablation study of SSAT-MBI-AWR (Glo.: global epsilon scheduling, "
               "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi-awr"),
               blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold+underline",
-              label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
-              paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,60)"),
+              unranked=frozenset({STANDARD_ROW}), label_headers=("Glo.", "Int."), label_cells=ablation_cells,
+              detail_of=ablation_detail, paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,60)"),
     TableSpec("supervised", "Tables 6-7", "Performance with fully labeled data", ACC3, supervised_row,
               blocks=(("Customized AT", "MMA"), ("TRADES", "TRADES+FAT", "TRADES+DAAT", "TRADES+Ours")),
               baselines=(None, "TRADES"), emphasis="bold", unranked=frozenset({"Customized AT", "MMA"})),

@@ -18,6 +18,7 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     table = (tmp_path / "outputs" / "mnist5k-demo" / "ablation.md").read_text()
     for row in ("Lin.", "Cur."):
         assert row in table
+    assert "| standard training |  | " in table  # the baseline row (lambda 0), after the paper's six
     assert "(" in table  # mean (std) over the two seeds
     assert (tmp_path / "outputs" / "mnist5k-demo" / "ablation.tex").read_text().count("\\\\") >= 6
     png = tmp_path / "outputs" / "mnist5k-demo" / "ablation.png"
@@ -38,7 +39,7 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     assert all('"subset":"first8"' in p for p in with_aa["protocol.best/autoattack"])
     # every row has a convergence verdict, printed and written, and the caption states the setup
     conv = (tmp_path / "outputs" / "mnist5k-demo" / "convergence.md").read_text()
-    for row in ("none|off", "linear|on", "curious|on"):
+    for row in ("none|off", "linear|on", "curious|on", "standard"):
         assert f"[convergence] {row}: " in out and f"| {row.replace('|', chr(92) + '|')} | " in conv
     assert "CPU-sized setup: model cnn-small; 2 epochs of SGD" in table
     assert "first8" in table or "first8" in (tmp_path / "outputs" / "mnist5k-demo" / "ablation.provenance.json").read_text()

@@ -427,7 +427,6 @@ def test_provenance_regenerates_the_same_table():
 
 
 @pytest.mark.parametrize("table, kw", [
-    ("ablation", {"schedule": "const", "interpolate": False}),  # would pass for none|no-int
     ("schedules", {"schedule": "const", "interpolate": True}),
     ("main", {}),
     ("supervised", {"method": "trades", "schedule": "const", "interpolate": False}),
@@ -435,9 +434,26 @@ def test_provenance_regenerates_the_same_table():
 ])
 def test_a_standard_training_run_joins_no_methods_row(table, kw):
     """lambda 0 is standard training (mnist5k-standard: ssat-mbi with lambda 0): it is nobody's cell, while the same
-    run with lambda 8 is counted. Runs without the param (logged before it) still count."""
+    run with lambda 8 is counted. Runs without the param (logged before it) still count. (Table 2: its own row.)"""
     recs = [run({"clean": 90.0}, table=table, seed=s, extra={"param.lambda": lam}, **kw)
             for s, lam in ((0, "8.0"), (1, "0.0"), (2, None))]
     cells = build_table(frame(*recs), table).cells
     cells = cells[(cells["column"] == "clean") & cells["n"].gt(0)]
     assert len(cells) == 1 and cells["n"].iloc[0] == 2, cells
+
+
+def test_standard_training_is_its_own_unranked_row_of_the_ablation_table():
+    """In Table 2 a lambda-0 run would pass for 'none|no-int' (const, no interpolation): it gets the 'standard
+    training' row after the paper's rows, spanning Glo./Int., never bold, tested against the baseline row."""
+    kw = {"schedule": "const", "interpolate": False, "dataset": "mnist5k", "model": "cnn-small"}
+    recs = [run({"clean": 95.0 + s, "pgd20": 0.5}, seed=s, expected=2, extra={"param.lambda": "0.0"}, **kw)
+            for s in (0, 1)]
+    recs += [run({"clean": 30.0 + s, "pgd20": 20.0 + s}, seed=s, expected=2, extra={"param.lambda": "8.0"}, **kw)
+             for s in (0, 1)]
+    res = build_table(frame(*recs), "ablation")
+    assert res.blocks[-1][-1] == "standard training" and cell(res, "none|no-int", "clean")["n"] == 2
+    assert cell(res, "standard training", "clean")["mean"] == 95.5
+    md = render_table(frame(*recs), "ablation", "md")
+    assert "| standard training |  | 95.50 (0.71)" in md  # highest clean, not bold: unranked
+    assert "| ✗ | ✗ | **30.50** (0.71) |" in md  # the best ranked row
+    assert "standard training = " not in md  # no schedule to state for it

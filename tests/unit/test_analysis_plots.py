@@ -235,6 +235,18 @@ def test_ablation_bars_are_the_tables_means_and_stds(tmp_path):
     assert png_size(plot_figure(runs_frame(recs), None, "ablation", tmp_path / "ab.png")) == expected_size("ablation")
 
 
+def test_ablation_bars_are_coloured_by_interpolation_and_the_standard_row_is_grey():
+    from matplotlib.colors import to_hex
+
+    recs = [trial(k, "ablation", 0, schedule=sched, interpolate=interp, t=60, gamma=1.25, **{"lambda": lam})
+            for k, (sched, interp, lam) in enumerate([("const", "False", 8.0), ("linear", "True", 8.0),
+                                                       ("const", "False", 0.0)])]
+    ax = build_figure(runs_frame(recs), None, "ablation").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "standard training"
+    (bars,) = [c for c in ax.containers if not isinstance(c, ErrorbarContainer)]
+    assert [to_hex(p.get_facecolor()) for p in bars.patches] == ["#9ecae1", "#3182bd", "#999999"]
+
+
 def test_unknown_figure_lists_the_valid_ones(beta_runs):
     with pytest.raises(ValueError, match="valid figures: beta, rho, pareto, curves, alpha"):
         build_figure(beta_runs, None, "loss")
