@@ -28,7 +28,7 @@ import pandas as pd
 from scipy import stats
 
 from . import paper, protocol
-from .specs import TableSpec, dataset_of, is_teacher, param, value
+from .specs import TableSpec, dataset_of, is_standard, is_teacher, param, value
 
 MARKS = {"missing": "†", "not_significant": "‡", "subset": "§"}
 
@@ -88,7 +88,9 @@ def select_runs(runs: pd.DataFrame, spec: TableSpec, opts: Options) -> pd.DataFr
     for run in runs.to_dict("records"):
         if not _reads(run, spec, opts):
             continue
-        row, group = spec.row_of(run), spec.group_of(run)
+        # standard training (lambda 0) is no method's cell: the table's standard row, or left out
+        row = spec.standard_row if is_standard(run) else spec.row_of(run)
+        group = spec.group_of(run)
         if row is not None and group is not None:
             records.append({**run, "row": row, "group": group})
     sel = pd.DataFrame.from_records(records, columns=list(runs.columns) + ["row", "group"])
@@ -352,9 +354,9 @@ def _detail_note(spec: TableSpec, sel: pd.DataFrame, values: pd.DataFrame) -> li
     used = sel[sel["run_id"].isin(values["run_id"])]
     found = {}
     for run in used.to_dict("records"):
-        glo, detail = run["row"].split("|")[0], spec.detail_of(run)
-        if glo != "none" and detail is not None:
-            found.setdefault(glo, set()).add(detail)
+        glo = run["row"].split("|")[0]
+        if glo != "none" and run["row"] != spec.standard_row:  # standard training attacks nothing: no schedule
+            found.setdefault(glo, set()).add(spec.detail_of(run))
     if not found:
         return []
     ours = ", ".join(f"{glo} = {' / '.join(sorted(map(str, d)))}" for glo, d in sorted(found.items()))

@@ -58,6 +58,7 @@ class TableSpec:
     reads_tag: str = ""                          # the ssat.table tag of its runs ("": its own name)
     detail_of: Callable[[Mapping], str | None] | None = None  # what a row label stands for in a run
     paper_detail: str = ""                       # what the paper's row labels stand for
+    standard_row: str | None = None              # the row of standard-training runs (is_standard); None: left out
 
 
 # ---- reading a run record --------------------------------------------------------------------
@@ -111,31 +112,27 @@ def is_teacher(run: Mapping) -> bool:
 
 def is_standard(run: Mapping) -> bool:
     """Standard training: the method's code with lambda 0 (the mnist5k-standard preset is ssat-mbi with lambda 0,
-    schedule const, no interpolation). It belongs in no method's row: in Table 2 it would pass for 'none|no-int'.
-    Runs logged without the param count as adversarial."""
+    schedule const, no interpolation). `analysis.cells.select_runs` puts it in the table's standard_row, never in
+    a method's row (in Table 2 it would pass for 'none|no-int'). Runs logged without the param count as
+    adversarial."""
     lam = param(run, "lambda")
     return lam is not None and float(lam) == 0.0
 
 
 def main_row(run: Mapping) -> str | None:
     """Table 1: the method; the teacher run is the FixMatch row."""
-    if is_teacher(run):
-        return "FixMatch"
-    return None if is_standard(run) else METHOD_ROWS.get(param(run, "method"))
+    return "FixMatch" if is_teacher(run) else METHOD_ROWS.get(param(run, "method"))
 
 
 def method_row(run: Mapping) -> str | None:
     """Training-time table: the method (teachers have no row)."""
-    return None if is_teacher(run) or is_standard(run) else METHOD_ROWS.get(param(run, "method"))
+    return None if is_teacher(run) else METHOD_ROWS.get(param(run, "method"))
 
 
 def ablation_row(run: Mapping, method: str) -> str | None:
-    """Tables 2/4: '<schedule family>|<int or no-int>' for runs of `method`; its standard-training runs (lambda 0)
-    are the STANDARD_ROW baseline, which the paper's tables do not have (rows found only in runs come last)."""
+    """Tables 2/4: '<schedule family>|<int or no-int>' for runs of `method`."""
     if is_teacher(run) or param(run, "method") != method:
         return None
-    if is_standard(run):
-        return STANDARD_ROW
     glo, interp = GLOBAL_LABELS.get(param(run, "schedule")), param(run, "interpolate")
     if glo is None or interp is None:
         return None
@@ -166,22 +163,16 @@ def schedule_label(run: Mapping) -> str | None:
     return None
 
 
-def ablation_detail(run: Mapping) -> str | None:
-    """What Glo. stands for in a run of Tables 2/4 (standard training attacks nothing: no schedule to state)."""
-    return None if is_standard(run) else schedule_label(run)
-
-
 def schedules_row(run: Mapping) -> str | None:
     """Table 3: SSAT-MBI runs with interpolation on, by schedule."""
-    if is_teacher(run) or is_standard(run) or param(run, "method") != "ssat-mbi" \
-            or param(run, "interpolate") is not True:
+    if is_teacher(run) or param(run, "method") != "ssat-mbi" or param(run, "interpolate") is not True:
         return None
     return schedule_label(run)
 
 
 def supervised_row(run: Mapping) -> str | None:
     """Table 6: TRADES alone, or TRADES with interpolation and Curious ('TRADES+Ours')."""
-    if param(run, "method") != "trades" or is_standard(run):
+    if param(run, "method") != "trades":
         return None
     interp, sched = bool(param(run, "interpolate")), param(run, "schedule")
     if not interp and sched == "const":
@@ -195,7 +186,7 @@ def sweep_row(name: str) -> Callable[[Mapping], str | None]:
     """Figs. 4-5 as tables: SSAT-MBI runs, one row per value of the swept parameter `name`."""
     def row(run: Mapping) -> str | None:
         v = param(run, name)
-        if is_teacher(run) or is_standard(run) or param(run, "method") != "ssat-mbi" or v is None:
+        if is_teacher(run) or param(run, "method") != "ssat-mbi" or v is None:
             return None
         return f"{name}={_num(v)}"
     return row
@@ -238,15 +229,16 @@ SPECS: dict[str, TableSpec] = {s.name: s for s in (
               "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi"),
               blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold",
               unranked=frozenset({STANDARD_ROW}), label_headers=("Glo.", "Int."), label_cells=ablation_cells,
-              detail_of=ablation_detail, paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,70)"),
+              detail_of=schedule_label, paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,70)",
+              standard_row=STANDARD_ROW),
     TableSpec("schedules", "Table 3", "Global epsilon scheduling strategies (interpolation on)", ACC3,
               schedules_row, blocks=(SCHEDULE_ROWS,), baselines=("Const",), emphasis="bold+underline",
               label_headers=("Strategy",)),
     TableSpec("awr-ablation", "Table 4", "Ablation study of SSAT-MBI-AWR (Glo.: global epsilon scheduling, "
               "Int.: interpolated adversarial examples)", ACC3, lambda r: ablation_row(r, "ssat-mbi-awr"),
               blocks=(ABLATION_ROWS,), baselines=("none|no-int",), emphasis="bold+underline",
-              unranked=frozenset({STANDARD_ROW}), label_headers=("Glo.", "Int."), label_cells=ablation_cells,
-              detail_of=ablation_detail, paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,60)"),
+              label_headers=("Glo.", "Int."), label_cells=ablation_cells, detail_of=schedule_label,
+              paper_detail="Lin. = Linear-60, Cur. = Curious-(1.25,60)"),
     TableSpec("supervised", "Tables 6-7", "Performance with fully labeled data", ACC3, supervised_row,
               blocks=(("Customized AT", "MMA"), ("TRADES", "TRADES+FAT", "TRADES+DAAT", "TRADES+Ours")),
               baselines=(None, "TRADES"), emphasis="bold", unranked=frozenset({"Customized AT", "MMA"})),
