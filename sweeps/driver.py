@@ -27,8 +27,8 @@ from .schema import sweep_key, sweep_record
 from .spec import Spec, parse_spec, read_yaml
 from .teacher_stage import teacher_stage
 from .tracking import Tracker, check_reachable, resolve_uri
-from .tuners import (PHASES_GRID, PHASES_SEARCH, confirm_trials, grid_tuner, restore_tuner, search_tuner,
-                     stage_outcome, top_configs)
+from .tuners import (PHASES_GRID, PHASES_SEARCH, TrialOutcome, confirm_trials, grid_tuner, restore_tuner,
+                     search_tuner, stage_outcome, top_configs)
 
 Log = Callable[[str], None]
 
@@ -241,11 +241,10 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
         + (f", {out.stopped_early} stopped early by the scheduler" if out.stopped_early else "")
         + f" in {time.perf_counter() - t1:.1f} s")
     if interrupt.requested:
-        for t in out.interrupted:
+        for t in out.trials:  # every trial Tune did not complete; the tracker leaves runs already ended alone
             if t.last_epoch >= 1:  # it reported, so its run exists (runs are made at the first report)
-                tracker.set_tags(t.key, {"ssat.status": f"KILLED: interrupted (Ctrl+C) in epoch {t.last_epoch + 1}; "
-                                                        f"resume with: {resume_command(paths)}"})
-                tracker.end(t.key, "KILLED")
+                tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted (Ctrl+C) {cut_at(t)}; "
+                                                    f"resume with: {resume_command(paths)}"})
         return ""
     if not out.complete:
         for p in out.problems:
@@ -261,6 +260,12 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     state.phases[stage] = "done"
     state.save(paths)
     return None
+
+
+def cut_at(t: TrialOutcome) -> str:
+    """Where Ctrl+C cut a trial: in the epoch after its last report, or after its last epoch (its report was
+    processed, Tune's completion of it was not: resuming records its checkpoints and ends it)."""
+    return f"in epoch {t.last_epoch + 1}" if t.last_epoch < t.epochs else "after its last epoch, before Tune completed it"
 
 
 def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, why: str,

@@ -204,6 +204,11 @@ class Tracker:
     def end(self, key: str, status: str = "FINISHED") -> None:
         self._push({"op": "end", "key": key, "status": status})
 
+    def kill(self, key: str, tags: dict) -> None:
+        """End the run as KILLED with `tags`, if it is still RUNNING: Ctrl+C can land after a trial's last report
+        but before Tune completed it, and a run that was ended (FINISHED, FAILED, stopped early) keeps its end."""
+        self._push({"op": "kill", "key": key, "tags": tags})
+
     def reopen(self, key: str) -> None:
         """The run goes on (RUNNING again): a trial or sweep that an interrupted driver ended as KILLED resumes."""
         self._push({"op": "reopen", "key": key})
@@ -239,6 +244,10 @@ class Tracker:
                 self.client.log_artifact(rid, op["path"], op["artifact_path"])
         elif kind == "end":
             self.client.set_terminated(rid, op["status"])
+        elif kind == "kill":
+            if self.client.get_run(rid).info.status == "RUNNING":
+                self.client.log_batch(rid, tags=[RunTag(k, flat_str(v)) for k, v in op["tags"].items()])
+                self.client.set_terminated(rid, "KILLED")
         elif kind == "reopen":
             self.client.update_run(rid, status="RUNNING")
             self.client.set_tag(rid, "ssat.status", "RUNNING")

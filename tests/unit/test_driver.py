@@ -9,11 +9,11 @@ import signal
 import pytest
 
 from sweeps.callback import _end_tags
-from sweeps.driver import Interrupt, RunArgs, SweepState
+from sweeps.driver import Interrupt, RunArgs, SweepState, cut_at
 from sweeps.errors import SpecError
 from sweeps.paths import sweep_paths
 from sweeps.spec import parse_spec
-from sweeps.tuners import StageOutcome, stage_outcome, top_configs, trial_outcome
+from sweeps.tuners import StageOutcome, TrialOutcome, stage_outcome, top_configs, trial_outcome
 
 BASE = {"name": "s", "preset": "mnist5k-ssat-mbi", "epochs": 4, "overrides": {"optim.lr_milestones": [],
                                                                               "optim.lr_factors": []}}
@@ -95,6 +95,16 @@ def test_end_tags_record_an_early_stop_with_scheduler_and_epoch():
     assert _end_tags({"epoch": 6, "time/epochs": 6}, meta) == {"ssat.status": "FINISHED"}
     assert _end_tags({"epoch": 2}, meta) == {"ssat.status": "STOPPED_EARLY: asha at epoch 2 of 6",
                                               "ssat.stopped_by": "asha", "ssat.stopped_epoch": 2}
+
+
+def test_a_cut_trial_says_the_epoch_it_was_in_or_that_only_its_completion_was_missing():
+    def cut(last: int, state: str = "interrupted") -> str:
+        return cut_at(TrialOutcome("k", state, last, 4, {}, {}))
+
+    assert cut(1) == "in epoch 2"
+    assert cut(3) == "in epoch 4"
+    # its last report was processed, Tune's completion of it was not (it counts as finished)
+    assert cut(4, "finished") == "after its last epoch, before Tune completed it"
 
 
 def test_ctrl_c_becomes_tunes_stop_signal_inside_a_stage_and_keyboardinterrupt_outside():

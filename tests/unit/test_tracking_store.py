@@ -198,6 +198,36 @@ def test_a_run_ended_killed_is_reopened_running(store):
     assert run.info.status == "RUNNING" and run.data.tags["ssat.status"] == "RUNNING"
 
 
+@pytest.mark.parametrize("ended", ["FINISHED", "FAILED", None])
+def test_kill_ends_only_a_run_still_running_and_leaves_an_ended_one_as_it_was(store, ended):
+    """Ctrl+C can land after a trial's last report but before Tune completed it: the driver kills every trial
+    that reported, and only those nobody ended must change (a FINISHED run stays FINISHED, with its tags)."""
+    t = Tracker(store, "exp", **QUIET)
+    t.ensure_run("k1", {"ssat.status": "RUNNING"})
+    if ended:
+        t.set_tags("k1", {"ssat.status": ended})
+        t.end("k1", ended)
+    t.kill("k1", {"ssat.status": "KILLED: interrupted (Ctrl+C) in epoch 2", "extra": "x"})
+    run = _run(store)[1]
+    if ended:
+        assert run.info.status == ended and run.data.tags["ssat.status"] == ended and "extra" not in run.data.tags
+    else:
+        assert run.info.status == "KILLED" and run.info.end_time is not None
+        assert run.data.tags["ssat.status"] == "KILLED: interrupted (Ctrl+C) in epoch 2" and run.data.tags["extra"] == "x"
+
+
+def test_a_kill_replayed_after_the_run_was_ended_elsewhere_changes_nothing(tmp_path, store):
+    """The kill is queued like any operation: replayed later (a spool), it must not undo an end that landed
+    meanwhile, e.g. the callback's FINISHED sent before it."""
+    Tracker(store, "exp", **QUIET).ensure_run("k1", {"ssat.status": "RUNNING"})
+    spool = tmp_path / "tracking_spool.jsonl"
+    spool.write_text(json.dumps({"op": "end", "key": "k1", "status": "FINISHED"}) + "\n"
+                     + json.dumps({"op": "kill", "key": "k1", "tags": {"ssat.status": "KILLED: x"}}) + "\n")
+    assert Tracker(store, "exp", spool=spool, **QUIET).flush(timeout=1, interval=0.1)
+    run = _run(store)[1]
+    assert run.info.status == "FINISHED" and run.data.tags["ssat.status"] == "RUNNING"
+
+
 def test_an_unreachable_store_keeps_operations_in_order_and_they_go_when_it_is_back(store, monkeypatch):
     lines = []
     t = Tracker(f"http://127.0.0.1:{free_port()}", "exp", log=lines.append)
