@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from . import collect, protocol
 from .cells import TableResult
 from .paper import group_title
-from .specs import value
+from .specs import param, value
 from .tables import build_table
 
 DPI = 100
@@ -221,10 +221,19 @@ def _history_statement(df_runs: pd.DataFrame, configs: dict[str, list], what) ->
                           "configuration", what(drawn))
 
 
+def swa_start(runs: pd.DataFrame) -> int | None:
+    """The epoch after which all these runs validate averaged weights (param swa_start), if they share one."""
+    starts = {str(param(r, "swa_start")) for r in runs.to_dict("records")}
+    start = starts.pop() if len(starts) == 1 else None
+    return int(start) if start is not None and start.isdigit() else None
+
+
 def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_) -> Figure:
-    """val/clean and val/pgd10 per epoch (mean +- std over seeds); the training loss (the method's objective),
-    eps_max, rho and lr below: a configuration that does not train shows it here."""
+    """val/clean and val/pgd10 per epoch (mean +- std over seeds), with a dotted line where validation switches
+    to averaged weights (SWA); the training loss (the method's objective), eps_max, rho and lr below: a
+    configuration that does not train shows it here."""
     configs = _configs(df_runs, df_hist, "val/pgd10", stages)
+    starts = {swa_start(df_runs[df_runs["run_id"].isin(ids)]) for ids in configs.values()} - {None}
     fig = _figure("curves")
     axes = fig.subplots(5, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.5, 1, 1, 1]})
     for i, (label, ids) in enumerate(configs.items()):
@@ -238,6 +247,8 @@ def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_
             s = _seed_stats(df_hist, ids, key)
             ax.plot(s.index, s["mean"], color=f"C{i}")
             ax.set_ylabel(key.split("/")[1])
+    for start in sorted(starts):  # validation of the epochs after `start` is the averaged model's
+        axes[0].axvline(start + 0.5, color="0.4", ls=":", lw=1, label=f"SWA from epoch {start + 1}")
     axes[0].set(ylabel="validation accuracy (%)", title="Learning curves (mean +- std over seeds)")
     axes[0].legend(fontsize="x-small", ncol=2)
     axes[-1].set_xlabel("epoch")

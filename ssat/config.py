@@ -238,7 +238,7 @@ class Config:
             "rho0": m.rho0, "rho_double_epoch": m.rho_double_epoch, "beta": m.beta, "tau": m.tau,
             "K": m.K, "lambda": m.lam, "interpolate": m.interpolate, "seed": self.seed,
             "split_seed": self.data.split_seed, "dataset": self.data.dataset, "model": self.model.name,
-            "precision": self.system.precision, "epochs": self.optim.epochs,
+            "precision": self.system.precision, "epochs": self.optim.epochs, "swa_start": self.optim.swa_start,
         }
 
 

@@ -200,6 +200,26 @@ def test_curves_figure(curves_data, tmp_path):
     assert png_size(plot_figure(runs, hist, "curves", tmp_path / "c.png")) == expected_size("curves")
 
 
+def test_curves_mark_where_validation_switches_to_averaged_weights(curves_data):
+    runs, hist = curves_data
+    marked = runs.assign(**{"param.swa_start": "3"})  # epochs 4 and 5 validate the averaged model
+    top = build_figure(marked, hist, "curves").axes[0]
+    (line,) = [ln for ln in top.get_lines() if ln.get_label().startswith("SWA")]
+    assert line.get_label() == "SWA from epoch 4" and list(line.get_xdata()) == [3.5, 3.5]
+    assert "SWA from epoch 4" in [t.get_text() for t in top.get_legend().get_texts()]
+    # no line where runs average nothing, were logged before the param, or disagree within a configuration
+    for swa in ("None", None, ["3", "4", "3", "3", "3", "4"]):
+        fig = build_figure(runs.assign(**{"param.swa_start": swa}), hist, "curves")
+        assert [ln.get_label() for ln in fig.axes[0].get_lines() if ln.get_label().startswith("SWA")] == []
+    # one line per distinct start; configurations that average nothing add none
+    two = runs.assign(**{"param.swa_start": ["3"] * 3 + ["None"] * 3})
+    assert [ln.get_label() for ln in build_figure(two, hist, "curves").axes[0].get_lines()
+            if ln.get_label().startswith("SWA")] == ["SWA from epoch 4"]
+    both = runs.assign(**{"param.swa_start": ["3"] * 3 + ["1"] * 3})
+    assert [ln.get_label() for ln in build_figure(both, hist, "curves").axes[0].get_lines()
+            if ln.get_label().startswith("SWA")] == ["SWA from epoch 2", "SWA from epoch 4"]
+
+
 def test_alpha_figure(curves_data, tmp_path):
     runs, hist = curves_data
     fig = build_figure(runs, hist, "alpha")

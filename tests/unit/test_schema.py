@@ -24,7 +24,8 @@ SPEC = {"name": "unit", "preset": "mnist5k-ssat-mbi", "table": "schedules", "col
         "seeds": [3], "expected_seeds": 2, "grid": [{"row": "lin", "set": {"attack.schedule": "linear", "attack.t": 6}}]}
 TRAINED = {"method": "ssat-mbi", "schedule": "linear", "t": 3, "gamma": 1.25, "eps": 0.3, "rho0": 0.05,
            "rho_double_epoch": None, "beta": 0.4, "tau": 2.0, "K": 3, "lambda": 8.0, "interpolate": True, "seed": 3,
-           "split_seed": 0, "dataset": "mnist5k", "model": "cnn-small", "precision": "auto", "epochs": 5}
+           "split_seed": 0, "dataset": "mnist5k", "model": "cnn-small", "precision": "auto", "epochs": 5,
+           "swa_start": None}
 
 
 def grid_config(spec_meta: bool = True) -> dict:
@@ -54,6 +55,16 @@ def test_a_grid_trial_records_what_it_trained_and_what_its_spec_said():
     assert rec.params == {**TRAINED, "spec.epochs": 10, "spec.t": 6}
     # a stage built before spec_* were in the meta (a resumed sweep's): no spec.* (analysis infers them)
     assert resolve_trial(grid_config(spec_meta=False))[1]["record"].params == TRAINED
+
+
+def test_a_trial_records_the_swa_start_it_trained_with_after_epochs():
+    """The curves mark where validation switches to averaged weights from this param (analysis.plots)."""
+    spec = parse_spec({**SPEC, "epochs": 70, "overrides": {"optim.swa_start": 60, "optim.lr_milestones": [49], "optim.lr_factors": [0.1]}},
+                      epochs=140)
+    (t,) = spec.trials()
+    meta = {"sweep": "unit", "stage": t.stage, "row": t.row, "seed": t.seed, **t.spec_meta}
+    _, m = resolve_trial({"trial": {"meta": meta, "cfg": t.config.to_dict()}})
+    assert (m["record"].params["swa_start"], m["record"].params["epochs"]) == (120, 140)
 
 
 def test_search_and_confirm_trials_record_sampled_values_at_the_length_they_run():
