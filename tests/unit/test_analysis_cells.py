@@ -347,6 +347,15 @@ def test_training_time_cells_and_precision_filter():
     assert "| SSAT-MBI | 100† | 5.05 (0.07)†" in md  # a fixed setting (epochs) is never Welch-tested
 
 
+def test_standard_training_takes_no_time_cell():
+    """Table 5 times the main-table runs: a lambda-0 run of ssat-mbi must not pass for SSAT-MBI's time."""
+    recs = [run({}, table="main", seed=s, interpolate=False, extra={
+        "metric.time/total_hours": h, "metric.time/epochs": 100.0, "param.lambda": lam})
+        for s, (h, lam) in enumerate([(5.0, "8.0"), (5.2, None), (1.0, "0.0")])]
+    res = build_table(frame(*recs), "training-time")
+    assert cell(res, "SSAT-MBI", "hours")["values"] == [5.0, 5.2]
+
+
 def test_rho_sensitivity_has_the_four_settings_as_groups():
     recs = [run({"clean": 80 + rho * 10 + beta + i * 0.1}, table="rho-sensitivity", seed=i, rho0=rho, beta=beta,
                 schedule=s, t=70 if s == "curious" else None)
@@ -431,6 +440,8 @@ def test_provenance_regenerates_the_same_table():
     ("main", {}),
     ("supervised", {"method": "trades", "schedule": "const", "interpolate": False}),
     ("beta-sensitivity", {}),
+    ("awr-ablation", {"method": "ssat-mbi-awr", "schedule": "const", "interpolate": False}),
+    ("rho-sensitivity", {"schedule": "const"}),
 ])
 def test_a_standard_training_run_joins_no_methods_row(table, kw):
     """lambda 0 is standard training (mnist5k-standard: ssat-mbi with lambda 0): it is nobody's cell, while the same
