@@ -241,7 +241,7 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
         + (f", {out.stopped_early} stopped early by the scheduler" if out.stopped_early else "")
         + f" in {time.perf_counter() - t1:.1f} s")
     if interrupt.requested:
-        for t in out.trials:  # every trial Tune did not complete; the tracker leaves runs already ended alone
+        for t in out.trials:  # even one judged finished: Tune may not have completed it (kill skips ended runs)
             if t.last_epoch >= 1:  # it reported, so its run exists (runs are made at the first report)
                 tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted (Ctrl+C) {cut_at(t)}; "
                                                     f"resume with: {resume_command(paths)}"})
@@ -265,7 +265,9 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
 def cut_at(t: TrialOutcome) -> str:
     """Where Ctrl+C cut a trial: in the epoch after its last report, or after its last epoch (its report was
     processed, Tune's completion of it was not: resuming records its checkpoints and ends it)."""
-    return f"in epoch {t.last_epoch + 1}" if t.last_epoch < t.epochs else "after its last epoch, before Tune completed it"
+    if t.last_epoch < t.epochs:
+        return f"in epoch {t.last_epoch + 1}"
+    return "after its last epoch, before Tune completed it"
 
 
 def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, why: str,
