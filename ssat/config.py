@@ -27,7 +27,10 @@ LABELED_SAMPLINGS = ("random", "cycle")
 SWA_BNS = ("recompute", "average")
 AWR_FORWARDS = ("single", "authors")
 DEVICES = ("auto", "cpu", "cuda")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+COMPILE_MODES = ("auto", "off", "default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+SWITCHES = ("auto", "on", "off")
+SWITCH_FIELDS = ("system.graph_mode", "system.fused_forward")
+PGD_FORWARDS = ("weighted", "always")
 
 
 def __getattr__(name: str):
@@ -82,7 +85,11 @@ class MethodConfig:
     gamma_prime: float = 4.0           # AWR: weight of the teacher-KL term
     tau_prime: float = 1.2             # AWR: temperature of the teacher-KL term
     awr_forwards: str = "single"       # AWR: single (x_l, x_u, x_adv after the attack) or authors (x_l, x_u
-                                       # before it, x_adv and x_u again after it; see Trainer._awr_step)
+                                       # before it, x_adv and x_u again after it; see ssat.step.awr_step)
+    pgd_forward: str = "weighted"      # weighted: x_pgd goes through the model in train mode only when its KL term
+                                       # has weight (1 - beta > 0), as the authors' code; always: also at beta = 1,
+                                       # where the forward changes nothing but BatchNorm's running statistics
+                                       # (the code before it; hash-neutral)
 
 
 @dataclass
@@ -128,7 +135,10 @@ class EvalConfig:
     autoattack: bool = True
     autoattack_n: int | None = None    # None: the same images as PGD; e.g. 200 in the demo
     checkpoints: list[str] = field(default_factory=lambda: ["best", "last"])  # which get the test protocol
-    autoattack_checkpoints: list[str] = field(default_factory=lambda: ["best", "last"])
+    autoattack_checkpoints: list[str] = field(default_factory=lambda: ["best"])  # the paper's protocol: the
+                                       # checkpoint with the best validation PGD-10; add "last" to attack it too
+    tf32: bool = False                 # cuDNN/matmul TF32 in evaluation (CUDA); False: strict fp32 (protocol records
+                                       # say which)
     autoattack_seeds: list[int] | None = None  # None: every seed; the CPU demo runs AutoAttack for seed 0 only
     pgd_steps: list[int] = field(default_factory=lambda: [10, 20, 40])
 
@@ -162,11 +172,18 @@ class SystemConfig:
                                        # H200), fp32 on CPU; fp16 = float16 with a gradient scaler on CUDA
                                        # (SRST-AWR's amp), fp32 on CPU; evaluation is always fp32
     channels_last: bool | None = None  # None: on (faster on CPU and GPU, see ssat/train.py)
-    compile: str = "off"               # torch.compile mode; reduce-overhead uses CUDA graphs (1.37x for one
-                                       # WRN-28-5 trial on an H200, after ~25 s of compilation per trial)
-    graph_mode: bool = False           # the whole union step captured as one CUDA graph and replayed (GPU only;
-                                       # with compile off or default; elsewhere, or when capture fails, eager
-                                       # with the reason logged)
+    compile: str = "auto"              # torch.compile mode of the trained model; auto: "default" on CUDA (its kernels
+                                       # are what graph mode captures), off elsewhere; reduce-overhead and
+                                       # max-autotune capture CUDA graphs themselves (then graph mode stays off)
+    graph_mode: str = "auto"           # the whole step (attack, forwards, loss, backward, SGD) captured as one CUDA
+                                       # graph and replayed: auto = on where it can run (CUDA), on, off (true/false
+                                       # accepted); a refusal or a failed capture trains eagerly, the reason logged
+                                       # and recorded (repro.graph_mode)
+    fused_forward: str = "auto"        # a step's train-mode forwards (x, x_adv, x_pgd) as one forward over their
+                                       # concatenation, BatchNorm statistics kept per batch (ssat/segmented.py; exact
+                                       # up to convolution rounding): auto = on for CUDA, on, off
+    compile_cache: str | None = None   # a folder shared by a sweep's trials: torch.compile's caches as one verified
+                                       # bundle per (torch, GPU, model, method, ...) key; None: this machine's own
     cudnn_benchmark: bool = True       # cuDNN picks the fastest convolution algorithms (CUDA runs; reset per trial)
     threads: int | None = None         # torch intra-op threads; pinned for bit-identical resume
     cuda_memory_fraction: float | None = None  # cap for a fractional-GPU trial
@@ -206,7 +223,7 @@ class Config:
         for section, key in LOCATION_FIELDS:
             d[section].pop(key)
         for (section, key), neutral in HASH_NEUTRAL.items():
-            if d[section][key] == neutral:
+            if d[section][key] == neutral or not HASHED_ONLY_WHERE.get((section, key), lambda c: True)(self):
                 d[section].pop(key)
         for (section, key), hashed_as in PERF_FIELDS.items():  # how fast, not what is trained
             if hashed_as is None:
@@ -243,15 +260,20 @@ class Config:
 
 
 LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device"), ("system", "threads"),
-                   ("system", "cuda_memory_fraction"))
+                   ("system", "cuda_memory_fraction"), ("system", "compile_cache"))
 # Fields added after runs were tracked, left out of config_hash while they hold the value that reproduces the
 # code before them: every run tracked so far keeps its key (tests/unit/test_preset_hashes.py).
 HASH_NEUTRAL = {("data", "labeled_sampling"): "random", ("method", "awr_forwards"): "single",
                 ("attack", "inner_target"): "soft", ("optim", "lr_decay_after_milestone"): False,
-                ("optim", "swa_bn"): "recompute"}
-# Performance switches, hashed as the value given here: system.compile was hashed before it was declared one,
-# so it is hashed as "off" whatever it is (every key made with the default stays); newer ones (None) not at all.
-PERF_FIELDS = {("system", "compile"): "off", ("system", "graph_mode"): None, ("system", "cudnn_benchmark"): None}
+                ("optim", "swa_bn"): "recompute", ("method", "pgd_forward"): "always", ("eval", "tf32"): False}
+# Hash-neutral fields that change what is trained only under a condition: left out of the hash elsewhere, so the
+# keys of the configurations they cannot change stay (pgd_forward acts only where x_pgd's KL term has weight 0).
+HASHED_ONLY_WHERE = {("method", "pgd_forward"): lambda cfg: cfg.method.interpolate and cfg.method.beta == 1}
+# Performance switches and evaluation-only choices, hashed as the value given here whatever they hold (they were
+# hashed with that value before they were declared so: every key made then stays); None: not hashed at all.
+PERF_FIELDS = {("system", "compile"): "off", ("system", "graph_mode"): None, ("system", "cudnn_benchmark"): None,
+               ("system", "fused_forward"): None,
+               ("eval", "autoattack_checkpoints"): ["best", "last"]}
 DATASET_EPS = {"mnist5k": 0.3, "cifar10": 8 / 255, "cifar100": 8 / 255, "svhn": 8 / 255}
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "seed"}
 
@@ -320,6 +342,8 @@ def _coerce(path: str, value: Any, tp) -> Any:
             raise ConfigError(f"{path}: expected a finite number, got {value!r}")
         return out
     if tp is str:
+        if path in SWITCH_FIELDS and isinstance(value, bool):  # graph_mode was a boolean: true/false still mean on/off
+            return "on" if value else "off"
         if not isinstance(value, str):
             raise ConfigError(f"{path}: expected a string, got {value!r} ({type(value).__name__})")
         return value
@@ -449,6 +473,9 @@ def validate(cfg: Config) -> None:
     _one_of("system.precision", s.precision, PRECISIONS)
     _one_of("system.device", s.device, DEVICES)
     _one_of("system.compile", s.compile, COMPILE_MODES)
+    _one_of("system.graph_mode", s.graph_mode, SWITCHES)
+    _one_of("system.fused_forward", s.fused_forward, SWITCHES)
+    _one_of("method.pgd_forward", m.pgd_forward, PGD_FORWARDS)
     _need(0 < m.rho0 < 1, f"method.rho0: {m.rho0} is out of range; allowed: 0 < rho0 < 1 "
           "(and 2*rho0 < 1 when rho_double_epoch is set)")
     if m.rho_double_epoch is not None:

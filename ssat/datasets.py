@@ -17,6 +17,7 @@ import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -24,11 +25,20 @@ import torch
 from .storage import sha256_file
 
 # name -> (classes, channels, size, default labeled, default validation, flip augmentation)
+class DatasetInfo(NamedTuple):
+    classes: int
+    channels: int
+    size: int          # image side in pixels
+    n_labeled: int     # the default labeled images of a split (data.n_labeled None)
+    n_val: int         # the default validation images (data.n_val None)
+    flip: bool         # horizontal flips in augmentation (not for digits)
+
+
 DATASET_INFO = {
-    "mnist5k": (10, 1, 28, 100, 500, False),
-    "cifar10": (10, 3, 32, 4000, 1000, True),
-    "cifar100": (100, 3, 32, 4000, 1000, True),
-    "svhn": (10, 3, 32, 1000, 1000, True),
+    "mnist5k": DatasetInfo(10, 1, 28, 100, 500, False),
+    "cifar10": DatasetInfo(10, 3, 32, 4000, 1000, True),
+    "cifar100": DatasetInfo(100, 3, 32, 4000, 1000, True),
+    "svhn": DatasetInfo(10, 3, 32, 1000, 1000, True),
 }
 
 REQUIRED_FILES = {
@@ -175,7 +185,7 @@ def load_arrays(dataset: str, root: str | None = None) -> Arrays:
     else:
         parts = _svhn(Path(root))
     xtr, ytr, xte, yte = (torch.from_numpy(np.ascontiguousarray(p)) for p in parts)
-    return Arrays(xtr, ytr, xte, yte, DATASET_INFO[dataset][0])
+    return Arrays(xtr, ytr, xte, yte, DATASET_INFO[dataset].classes)
 
 
 def dataset_checksums(dataset: str, root: str | None) -> dict[str, str]:
@@ -218,7 +228,8 @@ def make_split(dataset: str, y: torch.Tensor | np.ndarray, *, split_seed: int, n
     The validation set is drawn first (from all images except imported labeled ones), so the same
     split_seed gives the same validation set whatever the labeled budget.
     """
-    num_classes, _, _, d_lab, d_val, _ = DATASET_INFO[dataset]
+    info = DATASET_INFO[dataset]
+    num_classes, d_lab, d_val = info.classes, info.n_labeled, info.n_val
     y = np.asarray(y)
     n_labeled = d_lab if n_labeled is None else n_labeled
     n_val = d_val if n_val is None else n_val

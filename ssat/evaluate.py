@@ -9,6 +9,7 @@ CLI: python -m ssat.evaluate CHECKPOINT [--autoattack/--no-autoattack] [--n N] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
@@ -30,10 +31,12 @@ class EvaluationCheckError(AssertionError):
     """An attack produced an example outside the eps-ball or outside [0, 1]."""
 
 
-def protocol(attack: str, *, eps: float, n: int, subset: str, checkpoint: str, steps: int = 0) -> dict:
-    """The record that travels with every number (docs/tracking.md)."""
+def protocol(attack: str, *, eps: float, n: int, subset: str, checkpoint: str, steps: int = 0,
+             precision: str = "fp32") -> dict:
+    """The record that travels with every number (docs/tracking.md). precision: "fp32" (strict IEEE) or "tf32"
+    (cuDNN convolutions and matmuls in TF32 on a GPU: eval.tf32)."""
     rec = {"attack": attack, "eps": eps, "norm": "Linf", "step": None, "steps": steps, "restarts": 0,
-           "random_start": None, "loss": None, "n": n, "subset": subset, "precision": "fp32",
+           "random_start": None, "loss": None, "n": n, "subset": subset, "precision": precision,
            "checkpoint": checkpoint, "autoattack": None}
     if attack.startswith("pgd"):
         rec.update(step=eps / 10, restarts=1, random_start="uniform", loss="ce")
@@ -43,6 +46,19 @@ def protocol(attack: str, *, eps: float, n: int, subset: str, checkpoint: str, s
         rec["autoattack"] = {"version": "standard", "attacks": AA_ATTACKS,
                              "package": f"pyautoattack {md.version('pyautoattack')}"}
     return rec
+
+
+@contextlib.contextmanager
+def fp32_precision(tf32: bool):
+    """cuDNN convolutions and CUDA matmuls in TF32 (tf32) or strict IEEE fp32 inside the block, restored after it.
+    cuDNN's own default is TF32, so an evaluation that does not say so is not strict fp32 on a GPU."""
+    conv, mm = torch.backends.cudnn.conv, torch.backends.cuda.matmul
+    old = conv.fp32_precision, mm.fp32_precision
+    conv.fp32_precision = mm.fp32_precision = "tf32" if tf32 else "ieee"
+    try:
+        yield
+    finally:
+        conv.fp32_precision, mm.fp32_precision = old
 
 
 def _predict(model, x, batch_size):
@@ -82,12 +98,19 @@ class _AutoAttackProgress(logging.Handler):
 
     def __init__(self, log, n: int):
         super().__init__(logging.DEBUG)
-        self.log, self.n, self.t0, self.after = log, n, time.perf_counter(), {}
+        self.log, self.n, self.t0, self.after, self.started = log, n, time.perf_counter(), {}, {}
+
+    def seconds(self, end: float) -> dict[str, float]:
+        """Seconds each attack that ran took (it runs until the next one starts, the last until `end`)."""
+        starts = sorted(self.started.items(), key=lambda kv: kv[1])
+        ends = [t for _, t in starts[1:]] + [end]
+        return {a: e - t for (a, t), e in zip(starts, ends)}
 
     def emit(self, record: logging.LogRecord) -> None:
         msg = record.getMessage()
         if msg.startswith("running "):
             attack = msg.split()[1]
+            self.started[attack] = time.perf_counter()
             k = AA_ATTACKS.index(attack) + 1 if attack in AA_ATTACKS else "?"
             self.log(f"    autoattack: {attack} ({k}/{len(AA_ATTACKS)}) on {self.n} images, "
                      f"{time.perf_counter() - self.t0:.0f} s so far")
@@ -95,10 +118,12 @@ class _AutoAttackProgress(logging.Handler):
             self.after[m[1].lower()] = 100.0 * round(float(m[2]) * self.n / 100) / self.n
 
 
-def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0, log=print) -> tuple[float, dict[str, float]]:
-    """Robust accuracy (%) under standard AutoAttack (pyautoattack's keyword-only API), and the robust accuracy
-    (%) after each of its attacks in order: {"apgd-ce": .., "apgd-t": .., "fab-t": .., "square": ..}. An attack
-    skipped because no robust image was left counts the accuracy reached before it."""
+def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0, log=print) -> tuple[float, dict[str, float],
+                                                                                     dict[str, float]]:
+    """Robust accuracy (%) under standard AutoAttack (pyautoattack's keyword-only API), the robust accuracy (%)
+    after each of its attacks in order: {"apgd-ce": .., "apgd-t": .., "fab-t": .., "square": ..}, and the seconds
+    each attack that ran took (on the images still robust when it started). An attack skipped because no robust
+    image was left counts the accuracy reached before it."""
     from pyautoattack import AutoAttack
 
     logger = logging.getLogger("auto-attack")
@@ -109,7 +134,12 @@ def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0, log=print) -> t
     logger.addHandler(progress)
     try:
         adversary = AutoAttack(model, norm="Linf", eps=eps, version="standard", device=x.device, seed=seed)
-        x_adv, _ = adversary.run_standard_evaluation(x, y, batch_size=batch_size)
+        # NCHW images: pyautoattack views its gradient buffers (zeros_like the images) as (B, -1), which refuses
+        # channels_last 3-channel images; with them every GPU AutoAttack with a robust image left crashed in APGD-T
+        x_adv, _ = adversary.run_standard_evaluation(x.contiguous(), y, batch_size=batch_size)
+        if x.device.type == "cuda":
+            torch.cuda.synchronize(x.device)
+        seconds = progress.seconds(time.perf_counter())
     finally:
         logger.removeHandler(progress)
         logger.setLevel(level)
@@ -120,35 +150,38 @@ def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0, log=print) -> t
     for attack in AA_ATTACKS:
         last = progress.after.get(attack, last if last is not None else acc)
         after[attack] = last
-    return acc, after
+    return acc, after, seconds
 
 
 def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, checkpoint: str,
                    pgd_steps=(10, 20, 40), autoattack: bool = True, autoattack_n: int | None = None,
-                   batch_size: int = 500, subset: str = "full", log=print) -> dict[str, dict]:
+                   batch_size: int = 500, subset: str = "full", tf32: bool = False, log=print) -> dict[str, dict]:
     """Evaluate a model on (x, y): {attack: {"acc": percent, "protocol": record}}.
 
-    x: (N, C, H, W) float in [0, 1] on the model's device; y: (N,). Always fp32, eval mode (restored).
+    x: (N, C, H, W) float in [0, 1] on the model's device; y: (N,). Always fp32 (strict, or TF32 on a GPU with
+    tf32: the protocol records say which), eval mode (restored).
     Checks: every adversarial example within eps and [0, 1]; clean >= PGD-10 >= PGD-20 >= PGD-40
     (a violation is recorded and warned about: PGD-T returns its last iterate, so it can happen by chance).
     """
     out = {}
-    with eval_mode(model), torch.autocast(x.device.type, enabled=False):
+    precision = "tf32" if tf32 and x.device.type == "cuda" else "fp32"
+    with eval_mode(model), torch.autocast(x.device.type, enabled=False), fp32_precision(tf32):
         acc = 100.0 * (_predict(model, x, batch_size) == y).float().mean().item()
-        out["clean"] = {"acc": acc, "protocol": protocol("clean", eps=eps, n=len(x), subset=subset, checkpoint=checkpoint)}
+        out["clean"] = {"acc": acc, "protocol": protocol("clean", eps=eps, n=len(x), subset=subset,
+                                                         checkpoint=checkpoint, precision=precision)}
         for steps in pgd_steps:
             acc, linf = pgd_accuracy(model, x, y, eps=eps, steps=steps, batch_size=batch_size)
             out[f"pgd{steps}"] = {"acc": acc, "max_linf": linf,
                                   "protocol": protocol(f"pgd{steps}", eps=eps, n=len(x), subset=subset,
-                                                       checkpoint=checkpoint, steps=steps)}
+                                                       checkpoint=checkpoint, steps=steps, precision=precision)}
             log(f"  [{checkpoint}] pgd{steps}: {acc:.2f}%")
         if autoattack:
             n = len(x) if autoattack_n is None else min(autoattack_n, len(x))
             aa_subset = subset if n == len(x) else f"first{n}"
-            acc, after = autoattack_accuracy(model, x[:n], y[:n], eps=eps, batch_size=batch_size, log=log)
-            out["autoattack"] = {"acc": acc, "after": after,
+            acc, after, seconds = autoattack_accuracy(model, x[:n], y[:n], eps=eps, batch_size=batch_size, log=log)
+            out["autoattack"] = {"acc": acc, "after": after, "seconds": seconds,
                                  "protocol": protocol("autoattack", eps=eps, n=n, subset=aa_subset,
-                                                      checkpoint=checkpoint)}
+                                                      checkpoint=checkpoint, precision=precision)}
             log(f"  [{checkpoint}] autoattack ({n} images): {acc:.2f}% (after "
                 + ", ".join(f"{a} {v:.2f}%" for a, v in after.items()) + ")")
     chain = [out["clean"]["acc"]] + [out[f"pgd{s}"]["acc"] for s in sorted(pgd_steps)]
@@ -242,7 +275,8 @@ def main(argv=None) -> int:
         print(f"warning: {args.checkpoint} has no checksum sidecar: loaded unverified (weights only)", file=sys.stderr)
     x, y, subset = first_test_images(cfg, args.n, device, args.data_root)
     res = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=ck.get("kind", "best"), pgd_steps=cfg.eval.pgd_steps,
-                         autoattack=args.autoattack, autoattack_n=args.autoattack_n, subset=subset)
+                         autoattack=args.autoattack, autoattack_n=args.autoattack_n, subset=subset,
+                         tf32=cfg.eval.tf32)
     head = {"checkpoint": str(args.checkpoint), "verified": ck["verified"]}
     print(json.dumps({**head, **{k: {"acc": round(v["acc"], 2)} for k, v in res.items()}}))
     if args.out:

@@ -22,12 +22,15 @@ def mbi_loss(logits_x: torch.Tensor, logits_adv: torch.Tensor, logits_pgd: torch
 
     logits_*: (B, C); targets: (B,) labels or (B, C) soft targets. With x_adv = x_pgd (interpolation
     off) or beta = 0 this is RST (eq. 3); on fully labeled data with the KL inner loss it is TRADES.
+    logits_pgd None: x_pgd was not forwarded, its term having weight 0 (beta = 1); the term is left out.
     """
     ce = soft_cross_entropy(logits_x.float(), targets).mean()
     kl_adv = kl_rows(logits_x, logits_adv).mean()
-    kl_pgd = kl_adv if logits_pgd is logits_adv else kl_rows(logits_x, logits_pgd).mean()
-    loss = ce + lam * (beta * kl_adv + (1 - beta) * kl_pgd)
-    return {"loss": loss, "ce": ce, "kl_adv": kl_adv, "kl_pgd": kl_pgd}
+    terms, robust = {"ce": ce, "kl_adv": kl_adv}, beta * kl_adv
+    if logits_pgd is not None:
+        terms["kl_pgd"] = kl_adv if logits_pgd is logits_adv else kl_rows(logits_x, logits_pgd).mean()
+        robust = robust + (1 - beta) * terms["kl_pgd"]
+    return {"loss": ce + lam * robust, **terms}
 
 
 def uat_loss(logits_x: torch.Tensor, logits_adv: torch.Tensor, targets: torch.Tensor,
@@ -56,6 +59,7 @@ def awr_loss(logits_l: torch.Tensor, y_l: torch.Tensor, logits_u: torch.Tensor, 
     logits_l: (n, C), y_l: (n,); logits_u*, teacher_logits_u: (m, C). y~ = softmax(teacher logits).
     logits_u_kd: (m, C) x_u logits of the distillation term where they come from another forward than
     logits_u (SRST-AWR's code forwards x_u before the attack and again after it); None: logits_u.
+    logits_u_pgd None: x_u_pgd was not forwarded, its term having weight 0 (beta = 1); the term is left out.
     """
     ls_ce = F.cross_entropy(logits_l.float(), y_l, label_smoothing=label_smoothing)
     y_t = F.softmax(teacher_logits_u.float(), dim=1)
@@ -63,11 +67,11 @@ def awr_loss(logits_l: torch.Tensor, y_l: torch.Tensor, logits_u: torch.Tensor, 
     kd = kl_rows(teacher_logits_u / tau_prime, student_kd / tau_prime).mean()
     w_adv = awr_weight(y_t, logits_u, logits_u_adv)
     kl_adv = (kl_rows(logits_u, logits_u_adv) * w_adv).mean()
-    if logits_u_pgd is logits_u_adv:
-        w_pgd, kl_pgd = w_adv, kl_adv
-    else:
-        w_pgd = awr_weight(y_t, logits_u, logits_u_pgd)
-        kl_pgd = (kl_rows(logits_u, logits_u_pgd) * w_pgd).mean()
-    loss = ls_ce + gamma_prime * kd + lam * (beta * kl_adv + (1 - beta) * kl_pgd)
-    return {"loss": loss, "ce": ls_ce, "kd": kd, "kl_adv": kl_adv, "kl_pgd": kl_pgd,
-            "w_adv": w_adv.mean(), "w_pgd": w_pgd.mean()}
+    terms, robust = {"ce": ls_ce, "kd": kd, "kl_adv": kl_adv, "w_adv": w_adv.mean()}, beta * kl_adv
+    if logits_u_pgd is not None:
+        same = logits_u_pgd is logits_u_adv  # interpolation off: x_u_pgd is x_u_adv
+        w_pgd = w_adv if same else awr_weight(y_t, logits_u, logits_u_pgd)
+        kl_pgd = kl_adv if same else (kl_rows(logits_u, logits_u_pgd) * w_pgd).mean()
+        terms.update(kl_pgd=kl_pgd, w_pgd=w_pgd.mean())
+        robust = robust + (1 - beta) * kl_pgd
+    return {"loss": ls_ce + gamma_prime * kd + lam * robust, **terms}

@@ -19,6 +19,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def training_precision(precision: str, device_type: str) -> str:
+    """system.precision on a device: auto is bf16 on CUDA; auto and fp16 are fp32 on a CPU (float16 autocast
+    and its gradient scaler are for CUDA); fp32 and bf16 are themselves."""
+    if device_type != "cuda":
+        return "fp32" if precision in ("auto", "fp16") else precision
+    return "bf16" if precision == "auto" else precision
+
+
 def seed_everything(seed: int) -> None:
     """Seed python, numpy and torch (CPU and CUDA). The trainer draws from torch only after this."""
     random.seed(seed)

@@ -15,9 +15,11 @@ from ssat.config import ConfigError, from_dict
 from ssat.datasets import AWRBatches, Split, to_float
 from ssat.interpolation import interpolate
 from ssat.losses import awr_loss
+from ssat.methods import METHOD_REGISTRY
 from ssat.presets import PRESETS, preset
 from ssat.schedules import lr_at, schedule_table
-from ssat.train import Trainer, training_precision
+from ssat.runtime import training_precision
+from ssat.train import Trainer
 from test_trainer import fake_teacher, strip, tiny
 
 EPS_MAX, RHO = 0.2, 0.004  # as test_trainer_wiring: some samples cross rho inside the segment
@@ -43,10 +45,10 @@ def bn_buffers(model):
 def train_forwards(tr, state, *xs):
     """The model from `state`, forwarded in train mode on xs in order (no gradient): its BN buffers."""
     tr.model.load_state_dict(state)
-    tr.net.train()
+    tr.engine.net.train()
     with torch.no_grad():
         for x in xs:
-            tr.net(x)
+            tr.engine.net(x)
     return bn_buffers(tr.model)
 
 
@@ -145,12 +147,12 @@ def test_fp16_on_a_cpu_trains_in_fp32_without_a_gradient_scaler(tmp_path):
     lines = []
     cfg = tiny("mnist5k-srst-awr", **{"system.precision": "fp16", "data.n_unlabeled": 30})
     tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lines.append)
-    assert tr.precision == "fp32" and "system.precision fp16 on cpu: training in fp32" in lines
+    assert tr.engine.precision == "fp32" and "system.precision fp16 on cpu: training in fp32" in lines
     xl, yl, xu = awr_batch(tr)
-    with tr._autocast():
-        assert tr.net(xu).dtype == torch.float32  # autocast off
+    with tr.engine.autocast():
+        assert tr.engine.net(xu).dtype == torch.float32  # autocast off
     tr.train_epoch(1)
-    assert tr.scaler is None
+    assert tr.engine.scaler is None
 
 
 # ---- the labeled batches -------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def test_hard_inner_target_attacks_the_teachers_argmax_and_keeps_the_soft_margin
     xl, yl, xu = awr_batch(tr)
     state = copy.deepcopy(tr.model.state_dict())
     torch.manual_seed(3)
-    terms, xs, x_pgd, x_adv, alpha = tr._awr_step(xl, yl, xu, EPS_MAX, RHO)
+    terms, xs, x_pgd, x_adv, alpha = tr.engine.terms((xl, yl, xu), EPS_MAX, RHO)
     with torch.no_grad():
         y_t = torch.softmax(tr.teacher_model(xs), 1)
     one_hot = F.one_hot(y_t.argmax(1), 10).float()
@@ -197,13 +199,13 @@ def test_hard_inner_target_attacks_the_teachers_argmax_and_keeps_the_soft_margin
     def replay(targets):
         tr.model.load_state_dict(state)
         torch.manual_seed(3)
-        return pgd(tr.net, xs, targets, EPS_MAX, a.steps, 0.25 * EPS_MAX, loss="ce", init=a.init)
+        return pgd(tr.engine.net, xs, targets, EPS_MAX, a.steps, 0.25 * EPS_MAX, loss="ce", init=a.init)
 
     assert torch.equal(x_pgd, replay(one_hot))    # CE on the argmax as a class index = CE on its one-hot
     assert not torch.equal(x_pgd, replay(y_t))    # not the soft target
     tr.model.load_state_dict(state)
-    _, alpha_soft = interpolate(tr.net, xs, x_pgd, y_t, RHO, tr.cfg.method.tau, tr.cfg.method.K)
-    _, alpha_hard = interpolate(tr.net, xs, x_pgd, one_hot, RHO, tr.cfg.method.tau, tr.cfg.method.K)
+    _, alpha_soft = interpolate(tr.engine.net, xs, x_pgd, y_t, RHO, tr.cfg.method.tau, tr.cfg.method.K)
+    _, alpha_hard = interpolate(tr.engine.net, xs, x_pgd, one_hot, RHO, tr.cfg.method.tau, tr.cfg.method.K)
     assert torch.equal(alpha, alpha_soft) and not torch.equal(alpha, alpha_hard)
 
 
@@ -214,9 +216,9 @@ def test_authors_forwards_update_bn_as_x_l_x_u_then_x_adv_x_u_x_pgd_and_attack_a
     xl, yl, xu = awr_batch(tr)
     state = copy.deepcopy(tr.model.state_dict())
     torch.manual_seed(5)
-    terms, xs, x_pgd, x_adv, alpha = tr._awr_step(xl, yl, xu, EPS_MAX, RHO)
+    terms, xs, x_pgd, x_adv, alpha = tr.engine.terms((xl, yl, xu), EPS_MAX, RHO)
     after = bn_buffers(tr.model)
-    xl = tr._prep(xl)
+    xl = tr.engine.prep([xl])[0]
     for (k, v), (_, w) in zip(after, train_forwards(tr, state, xl, xs, x_adv, xs, x_pgd)):
         assert torch.allclose(v.float(), w.float(), rtol=1e-6, atol=1e-7), k
     single = train_forwards(tr, state, xl, xs, x_adv, x_pgd)
@@ -228,25 +230,25 @@ def test_authors_forwards_update_bn_as_x_l_x_u_then_x_adv_x_u_x_pgd_and_attack_a
         torch.manual_seed(5)
         with torch.no_grad():
             y_t = torch.softmax(tr.teacher_model(xs), 1)
-        replay = pgd(tr.net, xs, y_t, EPS_MAX, a.steps, 0.25 * EPS_MAX, loss="ce", init=a.init)
+        replay = pgd(tr.engine.net, xs, y_t, EPS_MAX, a.steps, 0.25 * EPS_MAX, loss="ce", init=a.init)
         assert torch.equal(replay, x_pgd) == same
 
 
-def test_authors_forwards_feed_the_first_x_u_to_distillation_and_the_second_to_the_robust_terms(tmp_path):
+def test_authors_forwards_feed_the_first_x_u_to_distillation_and_the_second_to_the_robust_terms(tmp_path, monkeypatch):
     # dropout: every train-mode forward of x_u gives other logits, so the two cannot be mistaken
     tr = trainer(tmp_path, **{"method.awr_forwards": "authors", "model.dropout": 0.5})
     outs, seen = [], {}
     tr.model.register_forward_hook(lambda mod, inp, out: outs.append(out) if mod.training else None)
-    real = tr.method.loss
+    entry = METHOD_REGISTRY[tr.cfg.method.name]
 
     def recording(*args, **kw):
         seen["args"], seen["kw"] = args, kw
-        return real(*args, **kw)
+        return entry.loss(*args, **kw)
 
-    tr.method = dataclasses.replace(tr.method, loss=recording)
+    monkeypatch.setitem(METHOD_REGISTRY, entry.name, dataclasses.replace(entry, loss=recording))
     xl, yl, xu = awr_batch(tr)
     torch.manual_seed(6)
-    terms, *_ = tr._awr_step(xl, yl, xu, EPS_MAX, RHO)
+    terms, *_ = tr.engine.terms((xl, yl, xu), EPS_MAX, RHO)
     ll, _, lu, la, lp, lt, m, beta = seen["args"]
     assert len(outs) == 5 and not torch.equal(outs[1], outs[3])
     assert ll is outs[0] and seen["kw"]["lu_kd"] is outs[1] and la is outs[2] and lu is outs[3] and lp is outs[4]
@@ -265,9 +267,9 @@ def test_single_forwards_are_unchanged_x_l_x_u_x_adv_x_pgd_after_the_attack(tmp_
     xl, yl, xu = awr_batch(tr)
     state = copy.deepcopy(tr.model.state_dict())
     torch.manual_seed(7)
-    _, xs, x_pgd, x_adv, _ = tr._awr_step(xl, yl, xu, EPS_MAX, RHO)
+    _, xs, x_pgd, x_adv, _ = tr.engine.terms((xl, yl, xu), EPS_MAX, RHO)
     after = bn_buffers(tr.model)
-    for (k, v), (_, w) in zip(after, train_forwards(tr, state, tr._prep(xl), xs, x_adv, x_pgd)):
+    for (k, v), (_, w) in zip(after, train_forwards(tr, state, tr.engine.prep([xl])[0], xs, x_adv, x_pgd)):
         assert torch.allclose(v.float(), w.float(), rtol=1e-6, atol=1e-7), k
 
 

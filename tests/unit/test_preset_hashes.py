@@ -2,7 +2,8 @@
 another hash), so a refactor of the config (a field, a default, the registries) that changed it would orphan
 every run tracked so far. The literals were computed before the method and schedule registries existed.
 A new preset needs no entry here; a changed hash of an existing one is a new experiment and must be deliberate
-(the six non-MNIST AWR presets changed on purpose when they took the authors' choices: presets.AWR_AUTHORS)."""
+(the six non-MNIST AWR presets changed on purpose when they took the authors' choices: presets.AWR_AUTHORS; the four
+presets with beta 1 and interpolation when x_pgd's weightless forward went: method.pgd_forward)."""
 import pytest
 
 from ssat.config import from_dict
@@ -13,15 +14,15 @@ PINNED = {
     "cifar10-srst-awr": "f0ce916eaaff",  # issue 15: the authors' AWR choices (was 627a517573bc)
     "cifar10-ssat-mbi": "6ac76e1fee2a",
     "cifar10-ssat-mbi-awr": "b5b37039eada",  # issue 15: the authors' AWR choices (was 7f75e96b48f6)
-    "cifar10-trades-ours-resnet18": "2a94910623e3",
-    "cifar10-trades-ours-wrn-28-5": "427348d7be73",
+    "cifar10-trades-ours-resnet18": "a366ae3017bc",  # issue 25: x_pgd unforwarded at beta 1 (was 2a94910623e3)
+    "cifar10-trades-ours-wrn-28-5": "43beb958dc14",  # issue 25: x_pgd unforwarded at beta 1 (was 427348d7be73)
     "cifar10-trades-resnet18": "81f34f1e15a5",
     "cifar10-trades-wrn-28-5": "3cc023a3769b",
     "cifar10-uat++": "536391d4a03d",
     "cifar100-rst": "6076d6d13a9d",
     "cifar100-srst-awr": "15e597d6b8fa",  # issue 15: the authors' AWR choices (was 50033d863efd)
-    "cifar100-ssat-mbi": "c875b0b1b2e1",
-    "cifar100-ssat-mbi-awr": "833ae4549766",  # issue 15: the authors' AWR choices (was 5a7b01570362)
+    "cifar100-ssat-mbi": "2022ceab4285",  # issue 25: x_pgd unforwarded at beta 1 (was c875b0b1b2e1)
+    "cifar100-ssat-mbi-awr": "6e297e6ff344",  # issue 25: x_pgd unforwarded at beta 1 (was 833ae4549766)
     "cifar100-uat++": "75e328ead0c2",
     "mnist5k-rst": "345ddecad97f",
     "mnist5k-srst-awr": "bf02d4cd5c5d",

@@ -122,7 +122,7 @@ def test_lambda_zero_skips_the_attack_unless_the_ce_is_on_x_adv(tmp_path, name, 
     cfg = one_epoch(name, **{"method.lam": 0.0})
     tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
     x, y = to_float(tr.batches.x[:16]), tr.batches.targets[:16]
-    _, xs, x_pgd, x_adv, _ = tr._union_step(x, y, 0.2, 0.05)
+    _, xs, x_pgd, x_adv, _ = tr.engine.terms((x, y), 0.2, 0.05)
     assert (x_pgd is xs) is not attacks and (x_adv is xs) is not attacks
     assert (x_pgd - xs).abs().max().item() == pytest.approx(0.2 if attacks else 0.0, abs=1e-5)
 

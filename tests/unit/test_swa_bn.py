@@ -15,7 +15,7 @@ def test_swa_bn_statistics_are_the_cumulative_average_over_chunks_of_500():
     x = (torch.rand(1234, 2, 3, 3) * 255).to(torch.uint8)
     model = nn.Sequential(nn.BatchNorm2d(2)).eval()
     model[0].running_mean.fill_(7.0)  # stale statistics must be replaced, not averaged in
-    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=False), batches=SimpleNamespace(x=x), _prep=lambda t: t)
+    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=False), batches=SimpleNamespace(x=x), engine=SimpleNamespace(prep=lambda b: b))
     Trainer._recompute_bn(fake, model)
     chunks = [to_float(x[i: i + 500]).double() for i in range(0, 1234, 500)]
     # momentum None: the running mean is the plain average of the three chunk means (not weighted by size)
@@ -32,7 +32,7 @@ def test_awr_recomputes_on_the_unlabeled_images():
     xu = torch.full((10, 1, 2, 2), 51, dtype=torch.uint8)   # 0.2 after scaling
     x = torch.full((10, 1, 2, 2), 255, dtype=torch.uint8)
     model = nn.Sequential(nn.BatchNorm2d(1))
-    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=True), batches=SimpleNamespace(xu=xu, x=x), _prep=lambda t: t)
+    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=True), batches=SimpleNamespace(xu=xu, x=x), engine=SimpleNamespace(prep=lambda b: b))
     Trainer._recompute_bn(fake, model)
     assert model[0].running_mean.item() == torch.tensor(0.2).item()
 

@@ -178,9 +178,11 @@ def test_a_compile_mode_wraps_the_model_the_optimiser_trains(tmp_path):
     first call, so building the trainer costs nothing here)."""
     cfg = tiny(**{"system.compile": "default"})
     tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
-    assert tr.net is not tr.model and tr.net._orig_mod is tr.model
-    off = Trainer(tiny(), tmp_path / "off", teacher=fake_teacher(cfg), log=lambda s: None)
-    assert off.net is off.model
+    assert tr.engine.net is not tr.model and tr.engine.net._orig_mod is tr.model
+    for setting in ("off", "auto"):  # auto: off on a CPU
+        off = Trainer(tiny(**{"system.compile": setting}), tmp_path / setting, teacher=fake_teacher(cfg),
+                      log=lambda s: None)
+        assert off.engine.net is off.model and off.engine.compile == "off"
 
 
 def test_an_epoch_fetches_each_batch_inside_the_profilers_data_range(tmp_path):

@@ -1,6 +1,6 @@
 """Which inputs and logits feed which loss term in the trainer's steps (a real Trainer on MNIST-5k).
 
-Each test runs `_union_step` / `_awr_step` on a fixed batch, then rebuilds the loss from the model's own
+Each test runs the trainer's step terms (ssat/step.py's union_step / awr_step) on a fixed batch, then rebuilds the loss from the model's own
 train-mode forwards of the returned x, x_pgd and x_adv with the configured lam and beta, and the attack
 from the same seed and the model state it ran with. A step that feeds x_adv to the x_pgd term, ignores
 beta, attacks with the wrong step or in train mode gives other numbers.
@@ -15,6 +15,7 @@ from ssat.attacks import kl_rows, pgd
 from ssat.datasets import to_float
 from ssat.interpolation import interpolate
 from ssat.losses import awr_loss, mbi_loss, uat_loss
+from ssat.step import adversarial_examples
 from ssat.train import Trainer
 from test_trainer import fake_teacher, tiny
 
@@ -43,8 +44,7 @@ def seeded_step(tr, seed, *args):
     """Run the trainer's step from a known RNG state; returns its outputs and the model state it started from."""
     state = copy.deepcopy(tr.model.state_dict())
     torch.manual_seed(seed)
-    step = tr._awr_step if tr.cfg.is_awr else tr._union_step
-    return step(*args, EPS_MAX, RHO), state
+    return tr.engine.terms(args, EPS_MAX, RHO), state
 
 
 def replay_attack(tr, state, seed, x, targets, step):
@@ -52,13 +52,13 @@ def replay_attack(tr, state, seed, x, targets, step):
     tr.model.load_state_dict(state)
     a = tr.cfg.attack
     torch.manual_seed(seed)
-    return pgd(tr.net, x, targets, EPS_MAX, a.steps, step, loss=a.inner_loss, init=a.init)
+    return pgd(tr.engine.net, x, targets, EPS_MAX, a.steps, step, loss=a.inner_loss, init=a.init)
 
 
 def train_logits(tr, *xs):
-    tr.net.train()
+    tr.engine.net.train()
     with torch.no_grad():
-        return [tr.net(x) for x in xs]
+        return [tr.engine.net(x) for x in xs]
 
 
 def close(a, b):
@@ -80,7 +80,7 @@ def test_ssat_mbi_terms_come_from_x_x_adv_and_x_pgd(tmp_path):
     assert close(x_adv, a * x_pgd + (1 - a) * xs)
     assert (alpha < 1).any() and not torch.equal(x_adv, x_pgd)
     tr.model.load_state_dict(state)
-    _, alpha_again = interpolate(tr.net, xs, x_pgd, y, RHO, m.tau, m.K)
+    _, alpha_again = interpolate(tr.engine.net, xs, x_pgd, y, RHO, m.tau, m.K)
     assert torch.equal(alpha, alpha_again)  # rho and tau reach the search as given
     # the loss: eq. 9 on the train-mode logits of x, x_adv, x_pgd, with the configured lam and beta
     lx, la, lp = train_logits(tr, xs, x_adv, x_pgd)
@@ -117,12 +117,13 @@ def test_train_forwards_update_batchnorm_and_the_attack_does_not(tmp_path):
     bns = bn_layers(tr.model)
     before = [copy.deepcopy(b.state_dict()) for b in bns]
     tr.model.train()
-    tr._attack(tr._prep(x), y, EPS_MAX, RHO)  # 10 PGD steps and K = 3 margin evaluations
+    # 10 PGD steps and K = 3 margin evaluations
+    adversarial_examples(tr.engine.net, tr.cfg, tr.engine.prep([x])[0], y, EPS_MAX, RHO)
     assert tr.model.training
     for b, s in zip(bns, before):
         for k, v in b.state_dict().items():
             assert torch.equal(v, s[k]), k
-    tr._union_step(x, y, EPS_MAX, RHO)
+    tr.engine.terms((x, y), EPS_MAX, RHO)
     # exactly three train-mode forwards per step: x, x_adv, x_pgd
     assert [int(b.num_batches_tracked) for b in bns] == [int(s["num_batches_tracked"]) + 3 for s in before]
     assert not torch.equal(bns[0].running_mean, before[0]["running_mean"])
@@ -155,7 +156,7 @@ def test_lambda_zero_is_standard_training_without_an_attack(tmp_path):
     tr = trainer(tmp_path, "mnist5k-standard")
     assert tr.cfg.method.lam == 0
     x, y = union_batch(tr)
-    terms, xs, x_pgd, x_adv, alpha = tr._union_step(x, y, EPS_MAX, RHO)
+    terms, xs, x_pgd, x_adv, alpha = tr.engine.terms((x, y), EPS_MAX, RHO)
     assert x_pgd is xs and x_adv is xs and torch.equal(alpha, torch.zeros(len(x)))
     (lx,) = train_logits(tr, xs)
     assert close(terms["loss"].detach(), -(y * torch.log_softmax(lx, 1)).sum(1).mean())
@@ -189,7 +190,7 @@ def test_ssat_mbi_awr_terms_teacher_targets_and_weights(tmp_path):
     assert (x_pgd - xs).abs().max() <= EPS_MAX + 1e-6
     a = alpha.view(-1, 1, 1, 1)
     assert close(x_adv, a * x_pgd + (1 - a) * xs) and (alpha < 1).any()
-    ll, lu, la, lp = train_logits(tr, tr._prep(xl), xs, x_adv, x_pgd)
+    ll, lu, la, lp = train_logits(tr, tr.engine.prep([xl])[0], xs, x_adv, x_pgd)
     want = awr_loss(ll, yl, lu, la, lp, t_logits, lam=m.lam, beta=m.beta, label_smoothing=m.label_smoothing,
                     gamma_prime=m.gamma_prime, tau_prime=m.tau_prime)
     for k in ("loss", "ce", "kd", "kl_adv", "kl_pgd", "w_adv", "w_pgd"):
@@ -207,7 +208,7 @@ def test_srst_awr_is_the_rst_form_on_x_pgd(tmp_path):
     assert x_adv is x_pgd and torch.equal(alpha, torch.ones(len(xu)))
     with torch.no_grad():
         t_logits = tr.teacher_model(xs)
-    ll, lu, lp = train_logits(tr, tr._prep(xl), xs, x_pgd)
+    ll, lu, lp = train_logits(tr, tr.engine.prep([xl])[0], xs, x_pgd)
     want = awr_loss(ll, yl, lu, lp, lp, t_logits, lam=m.lam, beta=0.0, label_smoothing=m.label_smoothing,
                     gamma_prime=m.gamma_prime, tau_prime=m.tau_prime)
     assert close(terms["loss"].detach(), want["loss"])
