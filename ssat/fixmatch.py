@@ -8,6 +8,10 @@ cosine schedule over `teacher.steps`, optional weight EMA (`teacher.ema`, the or
 the checkpoint selected by clean accuracy on the validation set, never the test set. `train_teacher` returns
 the selected model's logits on the student's unlabeled images, its weights and its provenance; where it is
 stored and found again is `ssat.teacher`'s business.
+
+One training step is `TeacherSteps.step` (benchmarks/teacher_steps.py times that very method). On a GPU it makes
+no host read except every CHECK_EVERY steps and at validation, and one small host-to-device copy: the step's
+random draws (crops, flips, RandAugment parameters, Cutout centres), packed and pinned (`augment_strong.upload`).
 """
 from __future__ import annotations
 
@@ -24,16 +28,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .augment_strong import strong_augment, weak_augment
+from .augment_strong import StrongDraws, strong_apply, strong_draws, upload, weak_apply, weak_draws
 from .datasets import DATASET_INFO, Arrays, Split, to_float
 from .models import create_model
 from .pseudo_labels import TeacherOutputs
-from .runtime import resolve_device, threads
+from .runtime import resolve_device, threads, training_precision
 
-# RandAugment draws its operations per chunk of this many images (crop, flip and Cutout stay per image):
-# per-image calls cost ~4x more on a CPU, for little extra diversity. Part of the teacher cache key.
-RANDAUGMENT_CHUNK = 4
-TEACHER_VERSION = "fixmatch-1"  # bump when the training code changes what a config produces
+# fixmatch-2: RandAugment batched on the device, ops drawn per image (fixmatch-1: torchvision's, per chunk of 4
+# images); bf16 autocast on CUDA by default (system.precision "auto").
+TEACHER_VERSION = "fixmatch-2"  # bump when the training code changes what a config produces
 CHECK_EVERY = 25  # steps between finiteness checks on a GPU
 
 Log = Callable[[str], None]
@@ -52,8 +55,8 @@ def resolved_teacher_config(cfg) -> dict:
 
 def teacher_key(cfg, split: Split) -> str:
     """Hex key of (dataset, split hash, resolved teacher config, code version)."""
-    payload = {"version": TEACHER_VERSION, "randaugment_chunk": RANDAUGMENT_CHUNK, "dataset": cfg.data.dataset,
-               "split_hash": split.hash, "teacher": resolved_teacher_config(cfg)}
+    payload = {"version": TEACHER_VERSION, "dataset": cfg.data.dataset, "split_hash": split.hash,
+               "teacher": resolved_teacher_config(cfg)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -94,15 +97,25 @@ def cosine_lr(base: float, step: int, total: int) -> float:
 
 
 class _Cycler:
-    """Random batches of indices without replacement; reshuffles when fewer than a batch remain (drop_last)."""
+    """Random batches of indices without replacement; reshuffles when fewer than a batch remain (drop_last).
 
-    def __init__(self, n: int, batch: int, gen: torch.Generator):
-        self.n, self.batch, self.gen = n, min(batch, n), gen
-        self.perm, self.pos = torch.randperm(n, generator=gen), 0
+    The permutation is drawn on the CPU from `gen` and kept on `device`, so a batch's indices are a slice of it
+    there: indexing device images with CPU indices would cost a host-to-device copy every step.
+    """
+
+    def __init__(self, n: int, batch: int, gen: torch.Generator, device: torch.device | str = "cpu"):
+        self.n, self.batch, self.gen, self.device = n, min(batch, n), gen, torch.device(device)
+        self.perm, self.pos = self._shuffle(), 0
+
+    def _shuffle(self) -> torch.Tensor:
+        perm = torch.randperm(self.n, generator=self.gen)
+        if self.device.type == "cuda":  # pinned and non-blocking: the host does not wait for the GPU
+            return perm.pin_memory().to(self.device, non_blocking=True)
+        return perm.to(self.device)
 
     def next(self) -> torch.Tensor:
         if self.pos + self.batch > self.n:
-            self.perm, self.pos = torch.randperm(self.n, generator=self.gen), 0
+            self.perm, self.pos = self._shuffle(), 0
         out = self.perm[self.pos: self.pos + self.batch]
         self.pos += self.batch
         return out
@@ -124,11 +137,13 @@ def _accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
+    """ema = decay * ema + (1 - decay) * model for the weights, buffers copied; a few multi-tensor kernels
+    rather than three per tensor."""
     with torch.no_grad():
-        for pe, pm in zip(ema.parameters(), model.parameters()):
-            pe.mul_(decay).add_(pm.detach(), alpha=1 - decay)
-        for be, bm in zip(ema.buffers(), model.buffers()):
-            be.copy_(bm)
+        pe, pm = list(ema.parameters()), [p.detach() for p in model.parameters()]
+        torch._foreach_mul_(pe, decay)
+        torch._foreach_add_(pe, pm, alpha=1 - decay)
+        torch._foreach_copy_(list(ema.buffers()), list(model.buffers()))
 
 
 def percent(acc: float | None) -> str:
@@ -158,30 +173,120 @@ def train_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> Teache
     The global torch RNG is left as it was (the teacher draws from its own seed, `teacher.seed`), so a
     student seeded before this call starts identically whether or not its teacher had to be trained.
     """
-    t = cfg.teacher
     device = resolve_device(cfg.system.device)
-    ds = cfg.data.dataset
-    classes, channels, _, _, _, flip = DATASET_INFO[ds]
-    name = t.model or cfg.model.name
     if len(split.labeled) == 0:
         raise ValueError("teacher: the split has no labeled images to train a teacher on")
     forks = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=forks), threads(cfg.system.threads):
-        return _train_teacher(cfg, arrays, split, log, device, name, classes, channels, flip)
+        return _train_teacher(cfg, arrays, split, log, device)
 
 
-def _views(x_l_uint8: torch.Tensor, xu: torch.Tensor, ul_batches: "_Cycler | None", gen: torch.Generator, t,
+def _views(x_l_uint8: torch.Tensor, x_u_uint8: torch.Tensor | None, gen: torch.Generator, t,
            flip: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One step's inputs: the weak view of the labeled batch, and the weak and strong views of the next unlabeled
-    batch (empty without unlabeled images). uint8 (B, C, H, W) in, float in [0, 1] out."""
-    x_l = weak_augment(x_l_uint8, gen, flip=flip)
-    if ul_batches is None:
+    """One step's inputs: the weak view of the labeled batch, and the weak and strong views of the unlabeled batch
+    (empty when there is none). uint8 (B, C, H, W) on the device in, float in [0, 1] out.
+
+    The same draws, in the same order, as weak_augment(x_l), weak_augment(x_u), strong_augment(x_u) with `gen`,
+    but sent to the device in one copy rather than one per view.
+    """
+    parts = [weak_draws(len(x_l_uint8), gen, flip=flip)]
+    if x_u_uint8 is not None:
+        parts.append(weak_draws(len(x_u_uint8), gen, flip=flip))
+        parts.extend(strong_draws(x_u_uint8.shape, gen, flip=flip, num_ops=t.randaugment_ops,
+                                  magnitude=t.randaugment_magnitude, cutout_size=t.cutout))
+    parts = upload(parts, x_l_uint8.device)
+    x_l = to_float(weak_apply(x_l_uint8, parts[0], flip=flip))
+    if x_u_uint8 is None:
         return x_l, x_l[:0], x_l[:0]
-    bu = ul_batches.next()
-    x_uw = weak_augment(xu[bu], gen, flip=flip)
-    x_us = strong_augment(xu[bu], gen, flip=flip, num_ops=t.randaugment_ops, magnitude=t.randaugment_magnitude,
-                          cutout_size=t.cutout, chunk=RANDAUGMENT_CHUNK)
+    x_uw = to_float(weak_apply(x_u_uint8, parts[1], flip=flip))
+    x_us = strong_apply(x_u_uint8, StrongDraws(*parts[2:]), flip=flip, cutout_size=t.cutout)
     return x_l, x_uw, x_us
+
+
+def teacher_precision(precision: str, device_type: str) -> str:
+    """The teacher's autocast: `training_precision` (auto: bf16 on CUDA, fp32 on a CPU), except that fp16 trains
+    in bf16. float16 needs a GradScaler, whose step reads its found-inf flag on the host every step (a sync per
+    step); bfloat16 has float32's range, needs no scaler, and is as fast on the GPUs the teacher is sized for."""
+    p = training_precision(precision, device_type)
+    return "bf16" if p == "fp16" else p
+
+
+class TeacherSteps:
+    """FixMatch training, one step at a time: the model, optimizer, data on the device and generator of a teacher,
+    and `step`, the step `train_teacher` repeats (and benchmarks/teacher_steps.py times).
+
+    Running sums of the loss terms and a divergence flag stay on the device; `step` reads the flag on the host
+    (a synchronisation) every step on a CPU, and on a GPU only every CHECK_EVERY steps and when asked to.
+    """
+
+    def __init__(self, cfg, arrays: Arrays, split: Split, device: torch.device):
+        t = self.t = cfg.teacher
+        self.device = device
+        self.classes, self.channels, _, _, _, self.flip = DATASET_INFO[cfg.data.dataset]
+        self.name = t.model or cfg.model.name
+        torch.manual_seed(t.seed)  # the model's initial weights
+        self.gen = torch.Generator().manual_seed(t.seed)
+        self.model = create_model(self.name, self.classes, self.channels).to(device)
+        self.ema = copy.deepcopy(self.model).requires_grad_(False) if t.ema else None
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum,
+                                   weight_decay=t.weight_decay, nesterov=t.nesterov)
+        lab = torch.from_numpy(split.labeled)
+        pool = torch.from_numpy(teacher_pool(cfg, split, len(arrays.y_train)))
+        self.xl, self.yl = arrays.x_train[lab].to(device), arrays.y_train[lab].to(device)
+        self.xu = arrays.x_train[pool].to(device)
+        self.lab_batches = _Cycler(len(self.xl), t.labeled_batch, self.gen, device)
+        self.ul_batches = _Cycler(len(self.xu), t.unlabeled_batch, self.gen, device) if len(self.xu) else None
+        self.precision = teacher_precision(cfg.system.precision, device.type)
+        self.autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+        self.sums = self._zero_sums()
+        self.n_sum = 0
+        self.bad = torch.zeros((), dtype=torch.bool, device=device)
+
+    def _zero_sums(self) -> dict[str, torch.Tensor]:
+        return {k: torch.zeros((), device=self.device) for k in ("loss", "sup", "unsup", "mask_rate")}
+
+    def views(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The next step's (x_l, y_l, x_uw, x_us): batches drawn by the cyclers, views by `_views`."""
+        bl = self.lab_batches.next()
+        x_u = self.xu[self.ul_batches.next()] if self.ul_batches is not None else None
+        x_l, x_uw, x_us = _views(self.xl[bl], x_u, self.gen, self.t, self.flip)
+        return x_l, self.yl[bl], x_uw, x_us
+
+    def step(self, step: int, *, check: bool = False) -> None:
+        """Train step `step` (1-based; its lr is the cosine schedule's at step - 1). Raises TeacherTrainingError
+        when the loss has become NaN or infinite, seen on a CPU at once, on a GPU at the next check (`check`,
+        or every CHECK_EVERY steps)."""
+        t = self.t
+        for g in self.opt.param_groups:
+            g["lr"] = cosine_lr(t.lr, step - 1, t.steps)
+        x_l, y_l, x_uw, x_us = self.views()
+        self.model.train()
+        with self.autocast:
+            logits = self.model(torch.cat([x_l, x_uw, x_us]))
+        l_l, l_uw, l_us = logits.float().split([len(x_l), len(x_uw), len(x_us)])
+        terms = fixmatch_loss(l_l, y_l, l_uw, l_us, threshold=t.threshold, lambda_u=t.lambda_u)
+        self.bad |= ~torch.isfinite(terms["loss"].detach())
+        if self.device.type == "cpu" or check or step % CHECK_EVERY == 0:
+            if self.bad.item():
+                raise TeacherTrainingError(f"teacher: the loss became NaN or infinite at or before step {step}")
+        self.opt.zero_grad(set_to_none=True)
+        terms["loss"].backward()
+        self.opt.step()
+        if self.ema is not None:
+            _ema_update(self.ema, self.model, t.ema)
+        for k, v in self.sums.items():
+            v += terms[k].detach().float()
+        self.n_sum += 1
+
+    def take_means(self) -> dict[str, float]:
+        """The loss terms averaged over the steps since the last call (a host read), and the sums reset."""
+        out = {k: v.item() / max(self.n_sum, 1) for k, v in self.sums.items()}
+        self.sums, self.n_sum = self._zero_sums(), 0
+        return out
+
+    def net(self) -> nn.Module:
+        """The network that is validated and kept: the EMA when there is one."""
+        return self.ema if self.ema is not None else self.model
 
 
 def _test_protocol(model: nn.Module, arrays: Arrays, cfg, device, log: Log) -> dict:
@@ -197,67 +302,29 @@ def _test_protocol(model: nn.Module, arrays: Arrays, cfg, device, log: Log) -> d
     return test
 
 
-def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, flip) -> TeacherOutputs:
+def _train_teacher(cfg, arrays, split, log, device) -> TeacherOutputs:
     t, ds = cfg.teacher, cfg.data.dataset
-    torch.manual_seed(t.seed)
-    gen = torch.Generator().manual_seed(t.seed)
-    model = create_model(name, classes, channels).to(device)
-    ema = copy.deepcopy(model).requires_grad_(False) if t.ema else None
-    opt = torch.optim.SGD(model.parameters(), lr=t.lr, momentum=t.momentum, weight_decay=t.weight_decay,
-                          nesterov=t.nesterov)
-    lab = torch.from_numpy(split.labeled)
-    pool = torch.from_numpy(teacher_pool(cfg, split, len(arrays.y_train)))
-    xl, yl = arrays.x_train[lab].to(device), arrays.y_train[lab].to(device)
-    xu = arrays.x_train[pool].to(device)
+    loop = TeacherSteps(cfg, arrays, split, device)
+    name, classes, channels, xl, xu = loop.name, loop.classes, loop.channels, loop.xl, loop.xu
     val = torch.from_numpy(split.val)
     x_val, y_val = arrays.x_train[val], arrays.y_train[val]
-    lab_batches = _Cycler(len(xl), t.labeled_batch, gen)
-    ul_batches = _Cycler(len(xu), t.unlabeled_batch, gen) if len(xu) else None
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.system.precision == "bf16")
     log(f"teacher: FixMatch {name} on {ds} (split {split.hash}): {len(xl)} labeled, {len(xu)} unlabeled, "
-        f"{len(x_val)} validation images; {t.steps} steps on {device}")
+        f"{len(x_val)} validation images; {t.steps} steps on {device} ({loop.precision})")
     best_acc, best_step, best_state, history = -math.inf, 0, None, []
-    # Running sums stay on the device and are read at validation; finiteness is checked every step on a CPU
-    # and every CHECK_EVERY steps on a GPU (each read synchronises).
-    zero = torch.zeros((), device=device)
-    sums = {k: zero.clone() for k in ("loss", "sup", "unsup", "mask_rate")}
-    bad = torch.zeros((), dtype=torch.bool, device=device)
-    n_sum = 0
     t0, c0 = time.perf_counter(), time.process_time()
     for step in range(1, t.steps + 1):
-        for g in opt.param_groups:
-            g["lr"] = cosine_lr(t.lr, step - 1, t.steps)
-        bl = lab_batches.next()
-        x_l, x_uw, x_us = _views(xl[bl], xu, ul_batches, gen, t, flip)
-        model.train()
-        with autocast:
-            logits = model(torch.cat([x_l, x_uw, x_us]))
-        l_l, l_uw, l_us = logits.float().split([len(x_l), len(x_uw), len(x_us)])
-        terms = fixmatch_loss(l_l, yl[bl], l_uw, l_us, threshold=t.threshold, lambda_u=t.lambda_u)
-        bad |= ~torch.isfinite(terms["loss"].detach())
         validate = step % t.eval_every == 0 or step == t.steps
-        if device.type == "cpu" or validate or step % CHECK_EVERY == 0:
-            if bad.item():
-                raise TeacherTrainingError(f"teacher: the loss became NaN or infinite at or before step {step}")
-        opt.zero_grad(set_to_none=True)
-        terms["loss"].backward()
-        opt.step()
-        if ema is not None:
-            _ema_update(ema, model, t.ema)
-        for k in sums:
-            sums[k] += terms[k].detach().float()
-        n_sum += 1
+        loop.step(step, check=validate)
         if validate:
-            net = ema if ema is not None else model
+            net = loop.net()
             acc = _accuracy(_logits(net, x_val, device, cfg.eval.batch_size), y_val) if len(x_val) else None
-            rec = {"step": step, **{k: v.item() / n_sum for k, v in sums.items()}, "val_acc": acc,
-                   "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - t0}
+            rec = {"step": step, **loop.take_means(), "val_acc": acc, "lr": loop.opt.param_groups[0]["lr"],
+                   "seconds": time.perf_counter() - t0}
             history.append(rec)
             log(f"teacher step {step}/{t.steps} | loss {rec['loss']:.4f} (sup {rec['sup']:.4f}, unsup "
                 f"{rec['unsup']:.4f}) | mask rate {rec['mask_rate']:.3f} | "
                 + (f"val acc {acc:.2f}%" if acc is not None else "no validation set")
                 + f" | {rec['seconds']:.1f}s, about {rec['seconds'] * (t.steps - step) / step:.0f}s left")
-            sums, n_sum = {k: zero.clone() for k in sums}, 0
             score = acc if acc is not None else -math.inf
             if score > best_acc or best_state is None or (acc is None and step == t.steps):
                 best_acc, best_step = score, step
@@ -290,8 +357,8 @@ def _train_teacher(cfg, arrays, split, log, device, name, classes, channels, fli
         "selection": "val clean accuracy" if len(x_val) else "last step (no validation set)",
         "n_labeled": len(xl), "n_unlabeled_teacher": len(xu), "n_unlabeled_student": len(split.unlabeled),
         "test": test, "test_metrics": {a: r["acc"] for a, r in test.items()}, "eps": cfg.eps,
-        "randaugment_chunk": RANDAUGMENT_CHUNK, "history": history, "device": str(device),
-        "precision": cfg.system.precision, "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "history": history, "device": str(device), "precision": cfg.system.precision,
+        "training_precision": loop.precision, "threads": torch.get_num_threads(), "torch": torch.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     })
     state = {k: v.detach().cpu().contiguous() for k, v in final.state_dict().items()}

@@ -84,7 +84,7 @@ def test_weak_and_strong_views_differ_and_stay_in_unit_box(mnist, kind):
     g = torch.Generator().manual_seed(0)
     w = weak_augment(x, g, flip=flip)
     s = strong_augment(x, g, flip=flip, num_ops=2, magnitude=10, cutout_size=0.5)
-    assert torch.equal(torch.get_rng_state(), rng_before)  # RandAugment's global RNG was forked, not consumed
+    assert torch.equal(torch.get_rng_state(), rng_before)  # the views draw from the generator, never the global RNG
     for v in (w, s):
         assert v.shape == x.shape and v.dtype == torch.float32
         assert v.min() >= 0 and v.max() <= 1
@@ -97,16 +97,49 @@ def test_weak_and_strong_views_differ_and_stay_in_unit_box(mnist, kind):
 
 
 def test_strong_views_differ_across_images_of_a_batch(mnist):
-    """RandAugment is applied per image: copies of one image get different operations."""
+    """RandAugment draws its operations per image: copies of one image get different operations (the batched
+    RandAugment itself is tested in test_randaugment_batched.py)."""
     x = mnist.x_train[:1].repeat(16, 1, 1, 1)
     g = torch.Generator().manual_seed(0)
     s = strong_augment(x, g, flip=False, num_ops=2, magnitude=10, cutout_size=0.0, pad=0)  # RandAugment only
     distinct = {tuple(v.flatten().tolist()) for v in (s * 255).round().to(torch.uint8)}
     assert len(distinct) >= 8
-    # The teacher draws operations per chunk of FM.RANDAUGMENT_CHUNK images: chunks still differ.
-    s4 = strong_augment(x, g, flip=False, cutout_size=0.0, pad=0, chunk=FM.RANDAUGMENT_CHUNK)
-    distinct4 = {tuple(v.flatten().tolist()) for v in (s4 * 255).round().to(torch.uint8)}
-    assert 2 <= len(distinct4) <= 16 // FM.RANDAUGMENT_CHUNK
+
+
+def test_the_teachers_views_are_the_public_views_with_one_upload(mnist, monkeypatch):
+    """_views makes the draws of weak_augment(x_l), weak_augment(x_u), strong_augment(x_u) in their order, and
+    sends them to the device in one copy, not one per view."""
+    t = from_dict({"teacher": teacher_preset("mnist5k")}).teacher
+    x_l, x_u = mnist.x_train[:8], mnist.x_train[8:20]
+    g = torch.Generator().manual_seed(5)
+    expected = (weak_augment(x_l, g, flip=False), weak_augment(x_u, g, flip=False),
+                strong_augment(x_u, g, flip=False, num_ops=t.randaugment_ops, magnitude=t.randaugment_magnitude,
+                               cutout_size=t.cutout))
+    uploads = []
+    real = FM.upload
+    monkeypatch.setattr(FM, "upload", lambda parts, device: uploads.append(len(parts)) or real(parts, device))
+    got = FM._views(x_l, x_u, torch.Generator().manual_seed(5), t, False)
+    assert uploads == [5]  # weak labeled, weak unlabeled, and the strong view's crop, RandAugment and Cutout
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+    x_l_only, empty_w, empty_s = FM._views(x_l, None, torch.Generator().manual_seed(5), t, False)
+    assert torch.equal(x_l_only, expected[0]) and empty_w.shape == empty_s.shape == (0, 1, 28, 28)
+
+
+def test_teacher_precision_follows_the_project_rule_and_trains_fp16_as_bf16():
+    assert [FM.teacher_precision(p, "cuda") for p in ("auto", "bf16", "fp32", "fp16")] == \
+        ["bf16", "bf16", "fp32", "bf16"]
+    assert [FM.teacher_precision(p, "cpu") for p in ("auto", "bf16", "fp32", "fp16")] == \
+        ["fp32", "bf16", "fp32", "fp32"]
+
+
+def test_cycler_batches_without_replacement_and_on_its_device():
+    g = torch.Generator().manual_seed(0)
+    c = FM._Cycler(10, 4, g, "cpu")
+    a, b = c.next(), c.next()
+    assert len(set(a.tolist()) | set(b.tolist())) == 8  # one pass: no index twice
+    assert len(c.next()) == 4 and c.pos == 4  # 2 left < 4: reshuffled (drop_last)
+    assert FM._Cycler(3, 8, g).batch == 3
 
 
 def test_cutout_is_one_gray_square_of_the_given_side():
@@ -212,6 +245,10 @@ def test_key_and_path(tmp_path, monkeypatch):
     assert T.teacher_key(cfg.replace(**{"method.beta": 0.9, "seed": 5}), split) == key
     _, other = split_for(cfg.replace(**{"data.split_seed": 1}))
     assert T.teacher_key(cfg, other) != key
+    # The code version is part of the key: a teacher of older training code is not found again.
+    with monkeypatch.context() as m:
+        m.setattr(FM, "TEACHER_VERSION", "fixmatch-0")
+        assert T.teacher_key(cfg, split) != key
     # teacher_dir: config, else $SSAT_TEACHER_DIR, else ./runs/teachers; always absolute.
     bare = cfg.replace(**{"data.teacher_dir": None})
     monkeypatch.setenv("SSAT_TEACHER_DIR", str(tmp_path / "env"))
@@ -248,6 +285,8 @@ def test_train_teacher_outputs_and_provenance(tmp_path):
         assert k in p, k
     assert p["dataset"] == "mnist5k" and p["split_hash"] == split.hash and p["steps"] == 3
     assert p["teacher"]["model"] == "cnn-small" and p["selected_step"] in (2, 3)
+    assert p["teacher_version"] == FM.TEACHER_VERSION
+    assert p["training_precision"] == FM.teacher_precision(cfg.system.precision, "cpu")
     # Cosine over 3 steps, step s trained at lr(s - 1): 0.5 (1 + cos(pi/3)) = 3/4, 0.5 (1 + cos(2 pi/3)) = 1/4.
     assert [h["step"] for h in p["history"]] == [2, 3]
     assert [h["lr"] for h in p["history"]] == pytest.approx([0.75 * cfg.teacher.lr, 0.25 * cfg.teacher.lr])
