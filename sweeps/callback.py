@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 from ray.tune import Callback
@@ -81,6 +82,12 @@ class TrackingCallback(Callback):
             self._seen.add(key)
         self.tracker.set_tags(key, {"ssat.ray_trial_id": trial.trial_id})
         return key, meta
+
+    @_guarded
+    def on_trial_start(self, iteration, trials, trial, **info):
+        """The run exists from the moment Tune starts the trial; when it did is a tag (a retry starts it again)."""
+        key, _ = self._start(trial)
+        self.tracker.set_tags(key, {"ssat.ray_started_at": f"{time.time():.3f}"})
 
     @_guarded
     def on_trial_result(self, iteration, trials, trial, result, **info):

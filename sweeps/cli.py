@@ -25,7 +25,7 @@ def _run_args(args) -> RunArgs:
 def cmd_run(args) -> int:
     run = _run_args(args)
     if args.dry_run:
-        dry_run(load_run_spec(args.spec, run), verbose=args.verbose, gpu=args.gpu)
+        dry_run(load_run_spec(args.spec, run), verbose=args.verbose, gpu=args.gpu, json_path=args.json)
         return 0
     return run_sweep(args.spec, run, workdir=args.workdir, tracking_uri=args.tracking_uri)
 
@@ -67,8 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--name", default=None, help="sweep name (default: the spec's)")
     r.add_argument("--dry-run", action="store_true", help="print every trial, its schedules and cost; start nothing")
     r.add_argument("--verbose", action="store_true", help="with --dry-run: every trial's full config and per-epoch values")
-    r.add_argument("--gpu", default=None, metavar="NAME", help="with --dry-run: also estimate GPU-hours from the epoch "
-                                                               "times measured on this GPU (benchmarks/results/)")
+    r.add_argument("--gpu", default=None, metavar="NAME", help="with --dry-run: GPU-hours per stage (teachers, training, "
+                                                               "validation, SWA, evaluation) from this GPU type's "
+                                                               "measurements in benchmarks/results/")
+    r.add_argument("--json", default=None, metavar="PATH", help="with --dry-run: also write the estimate as JSON")
     for name, helptext in (("resume", "finish an interrupted sweep"), ("status", "trials and their state"),
                            ("stop", "interrupt a running sweep (it can be resumed)"),
                            ("sync", "send tracking operations spooled while the store was away")):

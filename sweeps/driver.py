@@ -199,7 +199,7 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
             log(f"[stage] teacher: {time.perf_counter() - t0:.1f} s")
             init_ray(state.args.address)
             check_gpu(spec)
-            meta = {**state.code, "teacher_dir": str(paths.teacher_dir),
+            meta = {**state.code, "teacher_dir": str(paths.teacher_dir), "compile_cache": str(paths.compile_cache),
                     "teacher_run_id": next(iter(teacher_runs.values()), None)}
             for stage in (PHASES_SEARCH if spec.search else PHASES_GRID):
                 if state.phases.get(stage) == "done":

@@ -39,6 +39,11 @@ class Paths:
     def teacher_dir(self) -> Path:
         return Path(os.environ.get("SSAT_TEACHER_DIR") or self.workdir / "runs" / "teachers").resolve()
 
+    @property
+    def compile_cache(self) -> Path:
+        """torch.compile bundles shared by the trials of every sweep below this working folder (ssat.compile_cache)."""
+        return self.workdir / "runs" / "compile_cache"
+
 
 def sweep_paths(workdir: str | Path, name: str) -> Paths:
     """Paths of a sweep; the name was validated (no '/', no '..'), and the result must stay inside workdir."""

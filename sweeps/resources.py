@@ -47,6 +47,10 @@ def init_ray(address: str | None) -> None:
     else:
         import torch
 
-        ray.init(address="local", num_cpus=os.cpu_count(), num_gpus=torch.cuda.device_count(),
+        # SSAT_LOGICAL_CPUS/GPUS: what this local Ray declares instead of the machine's own (a CPU machine then
+        # schedules GPU shares as a GPU machine would: the CPU smoke of benchmarks/device_run.sh, tests)
+        cpus = int(os.environ.get("SSAT_LOGICAL_CPUS") or os.cpu_count())
+        gpus = float(os.environ.get("SSAT_LOGICAL_GPUS") or torch.cuda.device_count())
+        ray.init(address="local", num_cpus=cpus, num_gpus=gpus,
                  include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
                  _temp_dir=os.environ.get("SSAT_RAY_TMPDIR"))

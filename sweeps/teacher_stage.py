@@ -13,7 +13,8 @@ from .schema import teacher_record
 
 def teacher_stage(configs: list[Config], tracker, sweep: str, teacher_dir: Path, log=print) -> dict[str, str]:
     """Make (or find) one teacher per split on the driver before any trial starts; log its run."""
-    from ssat.teacher import ensure_teacher
+    from ssat.datasets import split_for
+    from ssat.teacher import ensure_teacher, resolve_teacher
     from ssat.train import needs_teacher
 
     runs, done, seen = {}, set(), set()
@@ -23,6 +24,9 @@ def teacher_stage(configs: list[Config], tracker, sweep: str, teacher_dir: Path,
         if not needs_teacher(cfg) or same in seen:
             continue
         seen.add(same)
+        if cfg.data.pseudo_labels:  # the user's file: checked here, before any trial starts; no teacher to make
+            resolve_teacher(cfg, *split_for(cfg), log=log)
+            continue
         cfg = cfg.replace(**{"data.teacher_dir": str(teacher_dir)})
         t0 = time.perf_counter()
         made = ensure_teacher(cfg, log=log)

@@ -41,9 +41,9 @@ def resolve_trial(config: dict) -> tuple[Config, dict]:
     meta["trial_key"] = meta["record"].key
     meta["sampled"] = sampled
     meta["epochs"] = cfg.optim.epochs
-    if meta.get("teacher_dir") and cfg.data.teacher_dir is None:
-        cfg = cfg.replace(**{"data.teacher_dir": meta["teacher_dir"]})
-    return cfg, meta
+    where = {k: meta[m] for k, m in (("data.teacher_dir", "teacher_dir"), ("system.compile_cache", "compile_cache"))
+             if meta.get(m) and cfg.to_flat()[k] is None}  # the sweep's shared folders, unless the config names its own
+    return (cfg.replace(**where) if where else cfg), meta
 
 
 def reset_process_state(cfg: Config, meta: dict) -> int:
@@ -57,11 +57,20 @@ def reset_process_state(cfg: Config, meta: dict) -> int:
     torch.set_num_threads(threads)
     # cuDNN autotuning is process-wide: this trial's setting, not the one a trial before it left on this actor
     torch.backends.cudnn.benchmark = bool(cfg.system.cudnn_benchmark and torch.cuda.is_available())
-    share = meta.get("gpu", 0) or 0
-    if torch.cuda.is_available() and share:
-        torch.cuda.empty_cache()
-        torch.cuda.set_per_process_memory_fraction(min(1.0, share))
+    cap = memory_cap(cfg, meta)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()  # this trial's peak, not a trial's before it on this actor
+        if cap:
+            torch.cuda.empty_cache()
+            torch.cuda.set_per_process_memory_fraction(cap)
     return threads
+
+
+def memory_cap(cfg: Config, meta: dict) -> float | None:
+    """The share of the GPU's memory a trial may allocate: system.cuda_memory_fraction, else its GPU share (Ray
+    shares the GPU's time, not its memory); None for a trial without a GPU share."""
+    share = meta.get("gpu", 0) or 0
+    return cfg.system.cuda_memory_fraction or (min(1.0, share) if share else None)
 
 
 def _driver_version() -> str | None:
@@ -83,8 +92,9 @@ def repro_record(cfg: Config, trainer: Trainer, meta: dict) -> dict:
         "torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": cuda,
         "driver": _driver_version() if cuda else None, "gpu": torch.cuda.get_device_name() if cuda else None,
         "gpu_share": meta.get("gpu", 0), "threads": torch.get_num_threads(), "split_hash": trainer.split.hash,
-        "precision": trainer.precision, "channels_last": trainer.channels_last, "compile": cfg.system.compile,
-        "cudnn_benchmark": cfg.system.cudnn_benchmark, "graph_mode": trainer.graph_status,
+        **trainer.engine.status(), "cudnn_benchmark": cfg.system.cudnn_benchmark,
+        "cuda_memory_fraction": memory_cap(cfg, meta) if cuda else None,
+        "mps": os.environ.get("CUDA_MPS_PIPE_DIRECTORY") if cuda else None, "eval_tf32": cfg.eval.tf32,
         "teacher_run_id": meta.get("teacher_run_id"), "teacher_split_hash": getattr(trainer.teacher, "split_hash", None),
         # a user's data.pseudo_labels file without its .sha256 sidecar was loaded unverified: say so
         "teacher_verified": getattr(trainer.teacher, "verified", None),
@@ -131,8 +141,18 @@ def _final(trainer: Trainer, stage: str) -> dict:
     return out
 
 
+def _progress_record(trainer: Trainer, started: float) -> dict:
+    """What the repro record learns once epochs ran: the engine's outcome (graph capture, compile cache), seconds
+    from the trial's start to the end of its first step, and the GPU memory it peaked at."""
+    first = trainer.engine.first_step_at
+    peak = torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+    return {**trainer.engine.status(), "start_to_first_step_s": None if first is None else first - started,
+            "cuda_peak_mib": peak}
+
+
 def train_trial(config: dict) -> None:
     """Ray Tune function trainable (module-level so it pickles and restores)."""
+    started = time.time()
     cfg, meta = resolve_trial(config)
     reset_process_state(cfg, meta)
     work = Path(tune.get_context().get_trial_dir()) / "work"
@@ -147,7 +167,7 @@ def train_trial(config: dict) -> None:
     trainer = Trainer(cfg, work, log=log)
     log(f"trial {meta['trial_key']} on {socket.gethostname()} pid {os.getpid()}, threads {torch.get_num_threads()}")
     # every report carries the run record (docs/tracking.md), so a Ray results folder is read like MLflow
-    repro = repro_record(cfg, trainer, meta)  # once: it hashes the data files
+    repro = {**repro_record(cfg, trainer, meta), "started_at": started}  # once: it hashes the data files
     record = {"run_json": json.dumps(meta["record"].as_dict()), "repro_json": json.dumps(repro, default=str),
               "work_dir": str(work)}  # where the driver's progress lines follow the final evaluation
     last = cfg.optim.epochs
@@ -156,8 +176,7 @@ def train_trial(config: dict) -> None:
             _report({**trainer.history[-1], **_final(trainer, meta["stage"]), **record}, work)
             return
         for m in trainer.epochs():
-            # graph mode's outcome (captured, or eager with the reason) is known once a step has run
-            record["repro_json"] = json.dumps({**repro, "graph_mode": trainer.graph_status}, default=str)
+            record["repro_json"] = json.dumps({**repro, **_progress_record(trainer, started)}, default=str)
             result = {**m, **record}
             if m["epoch"] == last:
                 result.update(_final(trainer, meta["stage"]))

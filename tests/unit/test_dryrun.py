@@ -1,11 +1,16 @@
-"""The dry run a person can read: one line per trial, each schedule once as breakpoints, totals, honest sources."""
+"""The dry run a person can read: one line per trial, each schedule once as breakpoints, totals, honest sources;
+with --gpu the whole sweep's GPU-hours per stage from that GPU's own measurements only."""
 import json
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from ssat.config import from_dict
 from ssat.presets import preset
-from sweeps.dryrun import describe, dry_run, measured_epoch_seconds, schedule_lines
-from sweeps.spec import load_spec
+from sweeps.dryrun import (COSTS_PAGE, Measurements, costs_page, describe, dry_run, engine_mode, estimate,
+                           final_images, read_records, schedule_lines, validation_epochs)
+from sweeps.spec import load_spec, parse_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "sweeps" / "specs"
 
@@ -36,37 +41,236 @@ def test_table1_dry_run_is_short_and_complete():
     trials = [ln for ln in lines if ln.startswith("- ")]
     assert len(trials) == 45 and all("GPU-hours" in ln for ln in trials)
     assert "- cifar10/SSAT-MBI seed 0: the base | GPU-hours 5.10 (paper)" in lines
-    schedules = lines[lines.index("schedules:") + 1: lines.index(next(ln for ln in lines if ln.startswith("total:")))]
+    schedules = lines[lines.index("schedules:") + 1: lines.index(next(ln for ln in lines if ln.startswith("meas")))]
     assert len(schedules) == len(set(schedules)) == 7  # each distinct schedule once
+    assert lines[-2].startswith("measurements in benchmarks/results/: NVIDIA H100 80GB HBM3 (training); NVIDIA H200")
     assert lines[-1].startswith("total: 45 trial(s), estimated GPU-hours 382.6") and "nothing was started" in lines[-1]
     verbose = []
     dry_run(load_spec(SPECS / "paper-table1-main.yaml"), out=verbose.append, verbose=True)
     assert sum(ln.startswith("  config ") for ln in verbose) == 45
 
 
+# ---- measurements ----------------------------------------------------------------------------------------
+def write(folder: Path, name: str, lines: list) -> Path:
+    (folder / name).write_text("\n".join(ln if isinstance(ln, str) else json.dumps(ln) for ln in lines) + "\n")
+    return folder
+
+
 def test_measured_times_name_their_source(tmp_path):
-    (tmp_path / "a100.json").write_text("\n".join([json.dumps({"device": "NVIDIA A100-SXM4-80GB", "torch": "2.11"}),
-                                                  "a warning line between the records",  # skipped, not the end
-                                                  "[1, 2]",  # JSON, but not a record: skipped too
-                                                  json.dumps({"trainer_model": "wrn-28-5", "cifar10_epoch_s": 36.0}),
-                                                  json.dumps({"model": "wrn-28-5", "cifar10_epoch_s": 1.0})]))
-    got = measured_epoch_seconds("a100", tmp_path)
-    assert got == {"wrn-28-5": (36.0, "NVIDIA A100-SXM4-80GB: real Trainer, SSAT-MBI wrn-28-5, 36.0 s per CIFAR-10 "
-                                      "epoch (1 run; a100.json)")}
-    assert measured_epoch_seconds("H100", tmp_path) == {}
-    (tmp_path / "b.log").write_text("\n".join(json.dumps(r) for r in [
-        {"device": "NVIDIA A100-SXM4-80GB"}, {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 40.0}]))
-    assert measured_epoch_seconds("a100", tmp_path)["wrn-28-5"] == (
-        38.0, "NVIDIA A100-SXM4-80GB: real Trainer, SSAT-MBI wrn-28-5, 38.0 s per CIFAR-10 epoch (the median of 2 "
-              "runs; a100.json, b.log)")
-    (tmp_path / "b.log").write_text("\n".join(json.dumps(r) for r in [
-        {"device": "NVIDIA A100-SXM4-80GB"}, {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 50.0},
-        {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 40.0},
-        {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 9.0, "graph_mode": "captured"},  # not the default mode
-        {"trainer_model": "wrn-28-5", "cifar10_epoch_s": 9.0, "baseline": True}]))
-    # a file without a device line is not another file's device
-    (tmp_path / "c.log").write_text(json.dumps({"trainer_model": "wrn-28-5", "cifar10_epoch_s": 1.0}))
-    secs, source = measured_epoch_seconds("a100", tmp_path)["wrn-28-5"]
-    assert secs == 40.0 and "the median of 3 runs" in source and "a100.json, b.log" in source
-    # the shipped H200 logs: the real Trainer's eager WRN-28-5 epoch on two machines (37.7-38.3 s and 49-56 s)
-    assert round(measured_epoch_seconds("H200")["wrn-28-5"][0], 1) == 49.0
+    # old-format records: no "bench", "method" or "mode"; the mode comes from compile and graph_mode
+    write(tmp_path, "a100.json", [{"device": "NVIDIA A100-SXM4-80GB", "torch": "2.11"},
+                                  "a warning line between the records",  # skipped, not the end
+                                  "[1, 2]",  # JSON, but not a record: skipped too
+                                  {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 36.0},
+                                  {"model": "wrn-28-5", "cifar10_epoch_s": 1.0}])  # a step benchmark, no Trainer
+    m = Measurements("NVIDIA A100-SXM4-80GB", read_records(tmp_path))
+    f = m.figure("training", "wrn-28-5", "union", "eager", "bf16")
+    assert (f.value, f.cite()) == (36.0, "1 run: a100.json")
+    assert m.figure("training", "wrn-28-5", "union", "graph+compile", "bf16") is None
+    write(tmp_path, "b.log", [{"device": "NVIDIA A100-SXM4-80GB"},
+                              {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 50.0},
+                              {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 40.0},
+                              {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 9.0,
+                               "compile": "off", "graph_mode": "captured"},  # graph mode: another figure
+                              {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 7.0,
+                               "compile": "default", "graph_mode": "captured"},
+                              {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 3.0,
+                               "compile": "default", "graph_mode": "captured", "baseline": True}])  # never used
+    write(tmp_path, "c.log", [{"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 1.0}])  # no device
+    m = Measurements("NVIDIA A100-SXM4-80GB", read_records(tmp_path))
+    f = m.figure("training", "wrn-28-5", "union", "eager", "bf16")
+    assert (f.value, f.runs, f.cite()) == (40.0, 3, "median of 3: a100.json, b.log")
+    assert m.figure("training", "wrn-28-5", "union", "graph", "bf16").value == 9.0
+    assert m.figure("training", "wrn-28-5", "union", "graph+compile", "bf16").value == 7.0  # not the baseline's 3
+    assert m.figure("training", "wrn-28-5", "union", "eager", "fp16") is None  # another precision: not borrowed
+    # the shipped H200 logs: the eager Trainer on two machines (37.7-38.3 s and 49-56 s), graph+compile twice
+    h200 = Measurements("NVIDIA H200", read_records())
+    assert round(h200.figure("training", "wrn-28-5", "union", "eager", "bf16").value, 1) == 49.0
+    gc = h200.figure("training", "wrn-28-5", "union", "graph+compile", "bf16")
+    assert (round(gc.value, 2), gc.cite()) == (19.15, "median of 2: h200-2026-11-26b-step-engine.log")
+    h100 = Measurements("NVIDIA H100 80GB HBM3", read_records())
+    assert round(h100.figure("training", "wrn-28-5", "union", "graph+compile", "bf16").value, 1) == 20.6
+
+
+def test_engine_mode_is_what_runs_on_a_gpu():
+    def mode(graph, comp, method="ssat-mbi", fused="off", dropout=0.0):
+        return engine_mode(SimpleNamespace(system=SimpleNamespace(graph_mode=graph, compile=comp, precision="auto",
+                                                                  fused_forward=fused),
+                                           method=SimpleNamespace(name=method), model=SimpleNamespace(dropout=dropout)))
+
+    assert mode("auto", "auto") == mode("auto", "auto", "ssat-mbi-awr") == "graph+compile"  # union and AWR
+    assert mode("on", "off") == mode(True, "off") == "graph"
+    assert mode("off", "auto") == mode(False, "default") == "compile"
+    assert mode("off", "off") == mode(False, "off") == "eager"
+    assert mode("auto", "reduce-overhead") == "compile"  # it captures CUDA graphs itself: graph mode stays off
+    assert mode("on", "max-autotune-no-cudagraphs") == "graph+compile"
+    assert mode("auto", "auto", fused="auto") == mode("auto", "auto", fused="on") == "graph+compile+fused"
+    assert mode("auto", "auto", fused="auto", dropout=0.3) == "graph+compile"  # dropout: separate forwards
+    assert engine_mode(from_dict(preset("cifar10-ssat-mbi-awr"))) == "graph+compile+fused"  # the defaults
+    assert engine_mode(from_dict(preset("cifar10-rst"), {"system.graph_mode": False})) == "compile+fused"
+
+
+def test_validations_and_final_evaluation_follow_the_trainer():
+    cfg = from_dict(preset("cifar10-ssat-mbi"), {"optim.epochs": 10, "attack.t": 5, "method.rho_double_epoch": None,
+                                                 "optim.lr_milestones": [], "optim.lr_factors": []})
+    assert validation_epochs(cfg) == 10
+    assert validation_epochs(cfg.replace(**{"eval.val_every": 3})) == 4  # 3, 6, 9 and the last two (9, 10)
+    assert validation_epochs(cfg.replace(**{"eval.val_every": 20})) == 2
+    e = cfg.replace(**{"eval.test_n": None, "eval.autoattack_n": 200, "eval.autoattack_checkpoints": ["best"],
+                       "eval.autoattack_seeds": [1]})
+    assert final_images(e, "grid") == {"clean": 20_000, "pgd10": 20_000, "pgd20": 20_000, "pgd40": 20_000}  # seed 0
+    assert final_images(e.replace(seed=1), "confirm")["autoattack"] == 200
+    assert final_images(e.replace(seed=1), "search") == {}  # sweeps/trainable.py _final: none in a search
+    svhn = from_dict(preset("svhn-ssat-mbi"), {"eval.test_n": None, "eval.checkpoints": ["last"],
+                                               "eval.autoattack_checkpoints": ["best", "last"]})
+    assert final_images(svhn, "grid") == {"clean": 26_032, "pgd10": 26_032, "pgd20": 26_032, "pgd40": 26_032,
+                                          "autoattack": 26_032}
+
+
+# ---- a sweep's GPU-hours, by hand ---------------------------------------------------------------------------
+GPU = "NVIDIA T1000 Test"
+
+
+def fake_results(folder: Path) -> list[dict]:
+    """One GPU measured in full (new-format records) and an H100 with one old-format training record only."""
+    trainer = {"bench": "trainer", "trainer_model": "wrn-28-5", "method": "ssat-mbi", "precision": "bf16", "images": 64}
+    ev = {"bench": "eval", "eval_model": "wrn-28-5", "batch": 500, "n": 1000, "tf32": False}
+    pack = {"model": "wrn-28-5", "graph_mode": ["captured"]}
+    write(folder, "t1000.log", [
+        {"device": GPU, "torch": "2.11"},
+        {**trainer, "mode": "graph+compile+fused", "cifar10_epoch_s": 1.0},
+        {**trainer, "mode": "eager", "cifar10_epoch_s": 5.0},  # not the mode that runs
+        {**trainer, "mode": "graph+compile+fused", "cifar10_epoch_s": 0.1, "baseline": True},  # a baseline: never used
+        {**ev, "attack": "clean", "seconds": 0.5, "s_per_1000": 0.5},
+        {**ev, "attack": "pgd10", "seconds": 1.5},  # s_per_1000 from seconds and n
+        {**ev, "attack": "autoattack", "s_per_1000": 40.0, "robust_acc": 48.0},
+        {**ev, "attack": "clean", "s_per_1000": 0.05, "tf32": True},  # TF32: not how the trials evaluate
+        {"bench": "teacher", "teacher_model": "wrn-28-5", "precision": "bf16", "steps_per_s": 10.0},
+        {**pack, "packed_trials": 1, "mps": True, "total_images_per_s": 100.0, "finished": 1},
+        {**pack, "packed_trials": 4, "mps": True, "total_images_per_s": 250.0, "finished": 4},
+        {**pack, "packed_trials": 4, "mps": True, "total_images_per_s": 400.0, "finished": 3},  # one died: no figure
+        {**pack, "packed_trials": 1, "mps": False, "total_images_per_s": 100.0},  # no MPS: 1.5x, not preferred
+        {**pack, "packed_trials": 4, "mps": False, "total_images_per_s": 150.0}])
+    write(folder, "h100.log", ["# an old-format log", {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11"},
+                               {"trainer_model": "wrn-28-5", "precision": "bf16", "compile": "default",
+                                "graph_mode": "captured", "cifar10_epoch_s": 3.0}])
+    return read_records(folder)
+
+
+TINY = {"optim.swa_start": 5, "eval.val_every": 1, "eval.test_n": 1000, "eval.pgd_steps": [10],
+        "eval.checkpoints": ["best", "last"], "eval.autoattack_checkpoints": ["best"], "eval.autoattack_n": 500,
+        "teacher.steps": 36_000, "system.precision": "bf16", "system.graph_mode": "on", "system.compile": "default"}
+
+
+def tiny_raw(**raw) -> dict:
+    """2 trials x 10 epochs of WRN-28-5 on CIFAR-10, a quarter GPU each: validation every epoch, SWA from 6,
+    PGD-10 and AutoAttack (best only, 500 images) on 1,000 test images, a 36,000-step teacher."""
+    return {"name": "tiny", "preset": "cifar10-ssat-mbi", "epochs": 10, "seeds": [0, 1],
+            "resources": {"cpu": 1, "gpu": 0.25}, "overrides": TINY, "grid": [{"row": "r", "set": {}}], **raw}
+
+
+def tiny_spec(**raw):
+    return parse_spec(tiny_raw(**raw))
+
+
+def hours(est: dict) -> dict:
+    return {s: round(st["gpu_hours"] * 3600, 6) for s, st in est["stages"].items()}
+
+
+def test_every_stage_by_hand(tmp_path):
+    records = fake_results(tmp_path)
+    lines = []
+    est = dry_run(tiny_spec(), out=lines.append, gpu="t1000", records=records)
+    # one trial alone: training 10 x 1 s; validation 10 x 1,000 images x (0.5 + 1.5) s/1000; SWA after epoch 5:
+    # 5 x 49,000 x 0.5 s/1000; evaluation 2 checkpoints x (0.5 + 1.5) + AutoAttack on best: 500 x 40 s/1000.
+    # 4 per GPU with MPS gain 2.5 -> 1/2.5 of that per trial; two trials. One teacher for both: 36,000 / 10 per s.
+    assert hours(est) == {"teachers": 3600.0, "training": 8.0, "validation": 16.0, "SWA": 98.0, "evaluation": 19.2}
+    assert est["total"] == {"gpu_hours": pytest.approx(1 + 141.2 / 3600), "complete": True}
+    assert est["gpu"] == GPU and est["units"][0]["gpu_hours"]["evaluation"] == pytest.approx(9.6 / 3600)
+    text = "\n".join(lines)
+    assert "not measured" not in text
+    assert (f"training   0.0022 GPU-h, 2 trial(s) ({GPU}, graph+compile+fused, ssat-mbi wrn-28-5 bf16: 1.0 s/epoch, "
+            "1 run: t1000.log)") in text
+    assert "4 packed wrn-28-5 trials, MPS, graph mode: gain 2.50 (250 / 100 images/s" in text
+    assert "autoattack: 40.00 s/1000 images, robust accuracy 48.0% in the measurement" in text
+    assert "the clean-evaluation forward rate, standing in for the SWA BN-statistics pass" in text
+    assert f"teachers   1.00 GPU-h, 1 teacher(s) ({GPU}, FixMatch teacher wrn-28-5 bf16: 10.0 steps/s" in text
+    assert lines[-1].endswith(f"; on {GPU}: 1.04 GPU-h; nothing was started")
+    # a whole GPU per trial: no packing; the same figures
+    whole = estimate(tiny_spec(resources={"cpu": 1, "gpu": 1}), "t1000", records)
+    assert hours(whole) == {"teachers": 3600.0, "training": 20.0, "validation": 40.0, "SWA": 245.0, "evaluation": 48.0}
+    # precision auto trains the student and (ssat.fixmatch.teacher_precision) the teacher in bf16 on a GPU
+    auto = estimate(tiny_spec(overrides={**TINY, "system.precision": "auto"}), "t1000", records)
+    assert hours(auto) == hours(est)
+    # TF32 evaluation is its own figure: measured for clean only, so the rest is not measured
+    tf32 = estimate(tiny_spec(overrides={**TINY, "eval.tf32": True}), "t1000", records)
+    assert tf32["stages"]["evaluation"]["not_measured"] == 2 and tf32["stages"]["training"]["not_measured"] == 0
+
+
+def test_an_unmeasured_figure_is_never_borrowed_from_another_gpu(tmp_path):
+    records = fake_results(tmp_path)
+    lines = []
+    h100 = "NVIDIA H100 80GB HBM3"
+    unfused = tiny_spec(overrides={**TINY, "system.fused_forward": "off"})  # the old record's engine: no fused forward
+    assert dry_run(tiny_spec(), out=[].append, gpu="H100", records=records)["stages"]["training"]["gpu_hours"] == 0
+    est = dry_run(unfused, out=lines.append, gpu="H100", records=records)
+    # training: the old record's graph+compile 3 s/epoch; no packing record there: no gain (GPU-h = alone)
+    assert est["stages"]["training"]["gpu_hours"] * 3600 == pytest.approx(60.0)
+    for stage in ("teachers", "validation", "SWA", "evaluation"):
+        st = est["stages"][stage]
+        assert (st["gpu_hours"], st["not_measured"]) == (0, st["of"]) and st["of"] > 0
+    text = "\n".join(lines)
+    assert f"evaluation not measured on {h100}: wrn-28-5 evaluation: autoattack, clean, pgd10 (2 trial(s))" in text
+    assert f"no packing record of 4 and 1 wrn-28-5 trials on {h100}: assumed no gain" in text
+    assert "0.50 s/1000" not in text and "t1000.log" not in text  # nothing of the other GPU
+    assert lines[-1].endswith(f"on {h100}: at least 0.017 GPU-h (not measured on {h100}: teachers, validation, "
+                              "SWA, evaluation); nothing was started")
+    assert f"not measured on {h100}: FixMatch teacher steps/s (wrn-28-5 bf16)" in text
+    # a GPU type with no measurement at all: every figure "not measured on" it
+    none = []
+    est = dry_run(tiny_spec(), out=none.append, gpu="A100", records=records)
+    assert all(st["not_measured"] == st["of"] for st in est["stages"].values())
+    assert none[-1].endswith("on A100: not measured on A100 (teachers, training, validation, SWA, evaluation); "
+                             "nothing was started")
+    # a name that fits several measured GPUs is refused, not guessed
+    amb = []
+    dry_run(tiny_spec(), out=amb.append, gpu="NVIDIA", records=records)
+    assert f"names several measured GPUs: {h100}, {GPU}; name one" in amb[1]
+    # without --gpu: the paper's figure and a line naming what is measured where
+    plain = []
+    dry_run(tiny_spec(), out=plain.append, records=records)
+    assert plain[-2] == (f"measurements in benchmarks/results/: {h100} (training); {GPU} (training, eval, teacher, "
+                         "packing); `--gpu NAME` estimates every stage of the sweep on one of them")
+
+
+def test_a_search_counts_search_trials_without_and_confirm_trials_with_final_evaluation(tmp_path):
+    records = fake_results(tmp_path)
+    raw = tiny_raw(resources={"cpu": 1, "gpu": 1}, seeds=[0], overrides={**TINY, "eval.autoattack_seeds": [10]},
+                   search={"num_samples": 5, "space": {"method.beta": {"float": [0, 1]}},
+                           "confirm": {"top_k": 2, "seeds": [10, 11]}})
+    raw.pop("grid")
+    lines = []
+    est = dry_run(parse_spec(raw), out=lines.append, gpu="t1000", records=records, json_path=tmp_path / "est.json")
+    # 5 search + 2 x 2 confirm trials at full length, a whole GPU each (training 10 s, validation 20 s, SWA 122.5 s
+    # per trial); evaluation only for the 4 confirm trials: 2 checkpoints x (0.5 + 1.5) s each, and AutoAttack
+    # (500 x 40 s/1000) for the 2 of seed 10 alone (eval.autoattack_seeds)
+    assert est["trials"] == 9
+    assert hours(est) == {"teachers": 3600.0, "training": 90.0, "validation": 180.0, "SWA": 9 * 122.5,
+                          "evaluation": 4 * 4.0 + 2 * 20.0}
+    assert lines[0].startswith("sweep tiny: preset cifar10-ssat-mbi, stage search, 5 search + 4 confirm trial(s)")
+    assert any(ln.startswith("- search seed 0 (x5, at most: ASHA may stop them early; no final evaluation)")
+               and ln.endswith("eval - per trial") for ln in lines)
+    assert "search trials counted at full length: at most" in "\n".join(lines)
+    assert json.loads((tmp_path / "est.json").read_text())["stages"]["evaluation"]["of"] == 4
+
+
+def test_cpu_trials_cost_no_gpu_hours(tmp_path):
+    est = estimate(tiny_spec(resources={"cpu": 1, "gpu": 0}), "t1000", fake_results(tmp_path))
+    assert est["total"] == {"gpu_hours": 0, "complete": True} and est["packing"][0].startswith("resources.gpu 0")
+
+
+def test_docs_costs_page_is_generated_from_the_current_measurements():
+    page = costs_page()
+    assert "## NVIDIA H200" in page and "## NVIDIA H100 80GB HBM3" in page
+    assert "| paper-table1-main | 45 |" in page and "| paper-fig5-rho | 48 |" in page
+    assert COSTS_PAGE.read_text() == page, "docs/costs.md is out of date: .venv/bin/python -m sweeps.dryrun --table"
