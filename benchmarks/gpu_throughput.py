@@ -1,19 +1,17 @@
 """The GPU path: images/s, epoch time and model-FLOP utilisation of SSAT-MBI, and trials packed on one GPU.
 
     python benchmarks/gpu_throughput.py variants [--model wrn-28-5] [--steps 20]
-    python benchmarks/gpu_throughput.py trainer [--model wrn-28-5] [--images 8192] [--graph-mode]
     python benchmarks/gpu_throughput.py equivalence [--model wrn-16-1] [--steps 50] [--compile default]
     python benchmarks/gpu_throughput.py pack --n 1 2 4 8 [--model wrn-28-2] [--seconds 20] [--graph-mode]
 
-Every step here is Trainer.step (ssat/train.py) of a real Trainer (step_time.bench_trainer). `variants` times
+Every step here is Engine.step (ssat/engine.py) of a real Trainer (step_time.bench_trainer). `variants` times
 it on a fixed synthetic CIFAR batch in fp32, bf16 autocast, + channels_last, + torch.compile, + graph mode.
-`trainer` runs the real Trainer for two epochs on synthetic CIFAR-shaped images held on the device and augmented
-there (the data path the sweeps use) and reports the second. `equivalence` trains two trainers from the same
+(A real Trainer's epochs in the default mode: benchmarks/sweep_cost.py epoch.) `equivalence` trains two trainers from the same
 seed on the same batches, one in graph mode and one eager, and reports how far their weights and statistics
 drift apart. `pack` starts N processes that each train WRN-28-2 on the same GPU and sums their images/s over a
 common timed window. FLOPs per image per step = forward FLOPs x 32 (see benchmarks/step_time.py's count);
 utilisation is against the dense bf16 peak (H100/H200 SXM: 989 TFLOP/s). Fixed iteration counts; no timing
-claim is made for a CPU run of this script (device_run.sh --cpu-smoke runs it at tiny sizes).
+claim is made for a CPU run of this script.
 """
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,10 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_time import bench_schedule, bench_trainer, fixed_batch, predicted_units, timed_steps  # noqa: E402
 
-from ssat.config import from_dict  # noqa: E402
 from ssat.models import create_model, forward_flops  # noqa: E402
-from ssat.train import GRAPH_WARMUP, StepStats, Trainer  # noqa: E402
-from tests.fakedata import write_cifar10  # noqa: E402
+from ssat.engine import GRAPH_WARMUP, StepStats  # noqa: E402
 
 PEAK_BF16 = 989e12
 CIFAR_UNION = 4000 + 45000  # labeled + unlabeled images of one CIFAR-10 epoch (1,000 held out for validation)
@@ -49,7 +44,7 @@ def one_variant(model_name: str, precision: str, channels_last: bool, compile_mo
     ips = batch / dt
     achieved = ips * flops * predicted_units("ssat-mbi")
     return {"model": model_name, "precision": precision, "channels_last": channels_last, "compile": compile_mode,
-            "graph_mode": tr.graph_status, "ms_per_step": dt * 1e3, "images_per_s": ips,
+            "graph_mode": tr.engine.graph_status, "ms_per_step": dt * 1e3, "images_per_s": ips,
             "cifar10_epoch_s": CIFAR_UNION / ips, "tflops": achieved / 1e12, "mfu_vs_bf16_peak": achieved / PEAK_BF16,
             "warmup_s": warm_s, "gflop_per_forward": flops / 1e9}
 
@@ -71,29 +66,6 @@ def cmd_variants(args) -> list[dict]:
     return out
 
 
-def cmd_trainer(args) -> dict:
-    """Two real Trainer epochs on synthetic CIFAR-10 files: the device-resident data path, augmentation included."""
-    from ssat.presets import preset
-
-    root = Path(tempfile.mkdtemp())
-    write_cifar10(root, n_train=args.images + 10, n_test=10)
-    over = {"data.root": str(root), "data.fully_labeled": True, "data.n_val": 10, "model.name": args.model,
-            "optim.epochs": 2, "attack.schedule": "const", "attack.t": None, "optim.lr_milestones": [],
-            "optim.lr_factors": [], "method.interpolate": True, "method.name": "ssat-mbi", "method.rho_double_epoch": None,
-            "system.precision": args.precision, "system.compile": args.compile, "system.graph_mode": args.graph_mode,
-            "system.device": args.device, "eval.val_every": 100}
-    cfg = from_dict(preset("cifar10-ssat-mbi"), over)
-    tr = Trainer(cfg, root / "out", log=lambda s: None)
-    hist = tr.fit()
-    m = hist[-1]  # the second epoch: compilation, capture and allocator warm-up are behind
-    r = {"trainer_model": args.model, "precision": tr.precision, "compile": args.compile, "graph_mode": tr.graph_status,
-         "graph_steps": m.get("perf/graph_steps"), "images": args.images, "epoch_s": m["perf/epoch_seconds"],
-         "images_per_s": m["perf/images_per_s"], "cifar10_epoch_s": CIFAR_UNION / m["perf/images_per_s"],
-         "train_loss": m["train/loss"]}
-    print(json.dumps(r), flush=True)
-    return r
-
-
 def alpha_bins(summary: dict) -> tuple[float, float, float]:
     """The shares of alpha-hat at its floor, strictly between, and at 1 (StepStats' three bins)."""
     lo, one = summary["adv/alpha_min_share"], summary["adv/alpha_one_share"]
@@ -113,7 +85,7 @@ def cmd_equivalence(args) -> dict:
         torch.manual_seed(0)  # the same PGD random starts for both (CUDA: the default generator)
         sched, acc = bench_schedule(tr), StepStats(tr.device, tr.cfg.method.K)
         for i in range(args.steps):
-            tr.step(fixed_batch(tr, args.batch, seed=i), sched, acc)
+            tr.engine.step(fixed_batch(tr, args.batch, seed=i), sched, acc)
         runs[graph] = (tr, acc)
     (eager, acc_e), (graph, acc_g) = runs[False], runs[True]
     diff = max((a.float() - b.float()).abs().max().item()
@@ -121,8 +93,9 @@ def cmd_equivalence(args) -> dict:
     se, sg = acc_e.summary(), acc_g.summary()
     tv = 0.5 * sum(abs(a - b) for a, b in zip(alpha_bins(se), alpha_bins(sg)))
     rel = abs(sg["train/loss"] - se["train/loss"]) / abs(se["train/loss"])
-    r = {"equivalence_model": args.model, "steps": args.steps, "precision": eager.precision, "compile": args.compile,
-         "graph_mode": graph.graph_status, "graph_steps": acc_g.graph_steps,
+    r = {"equivalence_model": args.model, "steps": args.steps, "precision": eager.engine.precision,
+         "compile": args.compile,
+         "graph_mode": graph.engine.graph_status, "graph_steps": acc_g.graph_steps,
          "eager_steps_in_graph_run": acc_g.eager_steps,
          "max_abs_weight_diff": diff, "bitwise_equal": diff == 0.0,
          "train_loss_eager": se["train/loss"], "train_loss_graph": sg["train/loss"], "loss_rel_diff": rel,
@@ -139,18 +112,18 @@ def cmd_worker(args) -> None:
     batch, sched, acc = fixed_batch(tr, args.batch), bench_schedule(tr), StepStats(tr.device, tr.cfg.method.K)
     sync = torch.cuda.synchronize if tr.device.type == "cuda" else (lambda: None)
     for _ in range(GRAPH_WARMUP + 2):  # graph mode: the warm-up steps, the capture and one replay
-        tr.step(batch, sched, acc)
+        tr.engine.step(batch, sched, acc)
     sync()
     while time.time() < args.start_at:
         time.sleep(0.01)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < args.seconds:
-        tr.step(batch, sched, acc)
+        tr.engine.step(batch, sched, acc)
         n += 1
     sync()
     peak = torch.cuda.max_memory_allocated(tr.device) / 2**20 if tr.device.type == "cuda" else None
     print(json.dumps({"images_per_s": n * args.batch / (time.perf_counter() - t0), "peak_mib": peak,
-                      "graph_mode": tr.graph_status}), flush=True)
+                      "graph_mode": tr.engine.graph_status}), flush=True)
 
 
 def cmd_pack(args) -> list[dict]:
@@ -192,12 +165,6 @@ def main(argv=None) -> int:
     v.add_argument("--steps", type=int, default=20)
     v.add_argument("--batch", type=int, default=128)
     v.add_argument("--no-compile", action="store_true")
-    t = sub.add_parser("trainer", parents=[common])
-    t.add_argument("--model", default="wrn-28-5")
-    t.add_argument("--images", type=int, default=8192)
-    t.add_argument("--precision", default="bf16")
-    t.add_argument("--compile", default="off")
-    t.add_argument("--graph-mode", action="store_true")
     e = sub.add_parser("equivalence", parents=[common])
     e.add_argument("--model", default="wrn-16-1")
     e.add_argument("--steps", type=int, default=50)
@@ -225,7 +192,7 @@ def main(argv=None) -> int:
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (not a GPU figure)"
     if args.cmd != "worker":
         print(json.dumps({"device": dev, "torch": torch.__version__, "cuda": torch.version.cuda}), flush=True)
-    {"variants": cmd_variants, "trainer": cmd_trainer, "equivalence": cmd_equivalence, "pack": cmd_pack,
+    {"variants": cmd_variants, "equivalence": cmd_equivalence, "pack": cmd_pack,
      "worker": cmd_worker}[args.cmd](args)
     return 0
 

@@ -1,4 +1,4 @@
-"""Profile the training step (Trainer.step, ssat/train.py) with torch.profiler: where a step spends its time.
+"""Profile the training step (Engine.step, ssat/engine.py) with torch.profiler: where a step spends its time.
 
     python benchmarks/profile_step.py [--model cnn-small] [--method ssat-mbi] [--mode eager|compiled|graph]
         [--steps 10] [--warmup 5] [--batch 128] [--precision fp32|bf16] [--channels-last] [--threads N]
@@ -37,7 +37,8 @@ from torch.profiler import ProfilerActivity, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_time import bench_schedule, bench_trainer  # noqa: E402
 
-from ssat.train import StepStats, Trainer, ranged  # noqa: E402
+from ssat.engine import StepStats  # noqa: E402
+from ssat.train import Trainer, ranged  # noqa: E402
 
 PHASES = ("data", "pgd", "search", "outer forward", "backward", "optimizer", "statistics")
 MODES = {"eager": ("off", False), "compiled": ("default", False), "graph": ("off", True),
@@ -137,12 +138,12 @@ def summarize(events, steps: int, wall_s: float, pgd_iterations: int) -> dict:
 
 
 def profile(tr: Trainer, batch: int, steps: int, warmup: int, trace: Path | None) -> dict:
-    """Run `warmup` steps, then profile `steps` steps of Trainer.step; the summary, with the graph mode's status."""
+    """Run `warmup` steps, then profile `steps` steps of Engine.step; the summary, with the graph mode's status."""
     sched, acc = bench_schedule(tr), StepStats(tr.device, tr.cfg.method.K)
     batches = full_batches(tr, batch)
     sync = torch.cuda.synchronize if tr.device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
-        tr.step(next(batches), sched, acc)
+        tr.engine.step(next(batches), sched, acc)
     sync()
     acc.reset()  # the step counts below are the profiled steps'
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if tr.device.type == "cuda" else [])
@@ -150,14 +151,14 @@ def profile(tr: Trainer, batch: int, steps: int, warmup: int, trace: Path | None
         t0 = time.perf_counter()
         for _ in range(steps):
             with record_function("step"):
-                tr.step(next(batches), sched, acc)
+                tr.engine.step(next(batches), sched, acc)
         sync()
         wall = time.perf_counter() - t0
     if trace is not None:
         prof.export_chrome_trace(str(trace))
     out = summarize(prof.events(), steps, wall, tr.cfg.attack.steps)
     out.update({"device": torch.cuda.get_device_name() if tr.device.type == "cuda" else "cpu",
-                "graph_status": tr.graph_status, "graph_steps": acc.graph_steps, "eager_steps": acc.eager_steps})
+                "graph_status": tr.engine.graph_status, "graph_steps": acc.graph_steps, "eager_steps": acc.eager_steps})
     return out
 
 
@@ -194,13 +195,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--trace", default=None, help="Chrome trace path; with several modes, the mode is appended")
     ap.add_argument("--json", default=None, help="write the summaries here, one object per mode")
+    ap.add_argument("--cache", default=None, help="system.compile_cache (a sweep's shared folder of kernels)")
+    ap.add_argument("--fused-forward", default="off", choices=["auto", "on", "off"], help="system.fused_forward")
     args = ap.parse_args(argv)
     results = {}
     for mode in args.mode:
         compile_mode, graph = MODES[mode]
         tr = bench_trainer(args.method, args.model, precision=args.precision, channels_last=args.channels_last,
                            compile_mode=compile_mode, graph_mode=graph, device=args.device, batch=args.batch,
-                           threads=args.threads)
+                           threads=args.threads, compile_cache=args.cache, fused_forward=args.fused_forward)
         trace = None
         if args.trace:
             trace = Path(args.trace)

@@ -1,5 +1,5 @@
 """Time training steps of SSAT-MBI against RST: same batch, same attack, same model. The step timed is
-Trainer.step of a real Trainer (ssat/train.py), the one its epochs run: attack, outer forward, backward, SGD
+Engine.step of a real Trainer (ssat/engine.py), the one its epochs run: attack, outer forward, backward, SGD
 and statistics.
 
     python benchmarks/step_time.py [--steps 20] [--batch 128] [--models wrn-28-2 cnn-small] [--device auto]
@@ -24,7 +24,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ssat.config import from_dict  # noqa: E402
 from ssat.models import create_model, forward_flops  # noqa: E402
-from ssat.train import StepStats, Trainer  # noqa: E402
+from ssat.engine import StepStats  # noqa: E402
+from ssat.train import Trainer  # noqa: E402
 from tests.fakedata import write_cifar10  # noqa: E402
 
 
@@ -39,8 +40,9 @@ def predicted_units(method: str, steps: int = 10, K: int = 3) -> float:
 def bench_trainer(method: str, model_name: str, *, precision: str = "fp32", channels_last: bool = False,
                   compile_mode: str = "off", graph_mode: bool = False, device: str = "auto", batch: int = 128,
                   threads: int | None = None, cudnn_benchmark: bool = True, root: Path | None = None,
-                  memory_fraction: float | None = None) -> Trainer:
-    """A real Trainer whose step (Trainer.step, the one the epochs run) the benchmarks time. Fully labeled, so
+                  memory_fraction: float | None = None, compile_cache: str | None = None,
+                  fused_forward: str = "off") -> Trainer:
+    """A real Trainer whose step (Engine.step, the one the epochs run) the benchmarks time. Fully labeled, so
     no teacher is needed: MNIST-5k (shipped) for cnn-small, else small synthetic CIFAR-10 files in `root`."""
     root = Path(root or tempfile.mkdtemp(prefix="ssat-bench-"))
     data = {"dataset": "mnist5k", "fully_labeled": True, "n_val": 10}
@@ -52,7 +54,8 @@ def bench_trainer(method: str, model_name: str, *, precision: str = "fp32", chan
                      "optim": {"batch_size": batch},
                      "system": {"precision": precision, "channels_last": channels_last, "compile": compile_mode,
                                 "graph_mode": graph_mode, "device": device, "threads": threads,
-                                "cudnn_benchmark": cudnn_benchmark, "cuda_memory_fraction": memory_fraction}})
+                                "cudnn_benchmark": cudnn_benchmark, "cuda_memory_fraction": memory_fraction,
+                                "compile_cache": compile_cache, "fused_forward": fused_forward}})
     return Trainer(cfg, root / "out", log=lambda s: None)
 
 
@@ -71,16 +74,16 @@ def bench_schedule(tr: Trainer) -> dict[str, float]:
 
 
 def timed_steps(tr: Trainer, batch: tuple, steps: int, warmup: int) -> tuple[float, float]:
-    """(seconds of the warm-up steps, seconds per timed step) of Trainer.step on one fixed batch."""
+    """(seconds of the warm-up steps, seconds per timed step) of Engine.step on one fixed batch."""
     sched, acc = bench_schedule(tr), StepStats(tr.device, tr.cfg.method.K)
     sync = torch.cuda.synchronize if tr.device.type == "cuda" else (lambda: None)
     t0 = time.perf_counter()
     for _ in range(warmup):
-        tr.step(batch, sched, acc)
+        tr.engine.step(batch, sched, acc)
     sync()
     t1 = time.perf_counter()
     for _ in range(steps):
-        tr.step(batch, sched, acc)
+        tr.engine.step(batch, sched, acc)
     sync()
     return t1 - t0, (time.perf_counter() - t1) / steps
 
