@@ -248,15 +248,14 @@ class Config:
         return from_dict(self.to_dict(), overrides=dotted)
 
     def model_params(self) -> dict[str, Any]:
-        """The flat parameters every tracked run carries (docs/tracking.md)."""
-        m, a = self.method, self.attack
-        return {
-            "method": m.name, "schedule": a.schedule, "t": a.t, "gamma": a.gamma, "eps": self.eps,
-            "rho0": m.rho0, "rho_double_epoch": m.rho_double_epoch, "beta": m.beta, "tau": m.tau,
-            "K": m.K, "lambda": m.lam, "interpolate": m.interpolate, "seed": self.seed,
-            "split_seed": self.data.split_seed, "dataset": self.data.dataset, "model": self.model.name,
-            "precision": self.system.precision, "epochs": self.optim.epochs, "swa_start": self.optim.swa_start,
-        }
+        """The flat parameters every tracked run carries, under the dotted names a spec and `--set` use
+        (docs/tracking.md); attack.eps is the resolved one."""
+        keys = ("method.name", "attack.schedule", "attack.t", "attack.gamma", "method.rho0", "method.rho_double_epoch",
+                "method.beta", "method.tau", "method.K", "method.lam", "method.interpolate", "seed",
+                "data.split_seed", "data.dataset", "model.name", "system.precision", "optim.epochs",
+                "optim.swa_start")
+        flat = self.to_flat()
+        return {**{k: flat[k] for k in keys}, "attack.eps": self.eps}
 
 
 LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device"), ("system", "threads"),
@@ -490,8 +489,9 @@ def validate(cfg: Config) -> None:
     _need(m.tau_prime > 0, f"method.tau_prime: {m.tau_prime}; allowed: > 0")
     _need(m.gamma_prime >= 0, f"method.gamma_prime: {m.gamma_prime}; allowed: >= 0")
     if not METHOD_REGISTRY[m.name].may_interpolate:
+        interpolating = ", ".join(method_names(lambda e: e.may_interpolate))
         _need(not m.interpolate, f"method.interpolate: true with method.name={m.name!r}, whose loss never "
-              "uses the interpolated example; use 'ssat-mbi' or 'ssat-mbi-awr', or set interpolate=false")
+              f"uses the interpolated example; use one of {interpolating}, or set interpolate=false")
     _check_awr_only(cfg, METHOD_REGISTRY[m.name].batching == "awr")
     _need(not (s.precision == "fp16" and s.device == "cpu"), "system.precision: 'fp16' with system.device='cpu'; "
           "fp16 is float16 autocast with a gradient scaler, for CUDA; on a CPU use fp32 (or auto)")
@@ -543,13 +543,16 @@ def validate(cfg: Config) -> None:
 
 def _check_awr_only(cfg: Config, awr: bool) -> None:
     """The settings of the AWR step alone: refused with a union method, and hard targets with the KL attack."""
+    from .methods import method_names
+
     d, m, a = cfg.data, cfg.method, cfg.attack
+    awr_methods = ", ".join(method_names(lambda e: e.batching == "awr"))
     for path, value, neutral in (("data.labeled_sampling", d.labeled_sampling, "random"),
                                  ("method.awr_forwards", m.awr_forwards, "single"),
                                  ("attack.inner_target", a.inner_target, "soft")):
         _need(awr or value == neutral, f"{path}: {value!r} with method.name={m.name!r}, whose union batches have no "
               f"separate labeled/unlabeled step; allowed with it: {neutral!r} (the other value is for the AWR "
-              "methods: srst-awr, ssat-mbi-awr)")
+              f"methods: {awr_methods})")
     _need(a.inner_target == "soft" or a.inner_loss == "ce", f"attack.inner_target: {a.inner_target!r} with "
           "attack.inner_loss='kl', whose attack has no target (KL to the clean prediction); allowed with kl: 'soft'")
 

@@ -18,7 +18,7 @@ BATCHINGS = ("union", "awr")
 
 @dataclass(frozen=True)
 class Method:
-    """One method: its batching, its loss, whether it may interpolate, and any beta it fixes.
+    """One method: its table label, its batching, its loss, whether it may interpolate, and any beta it fixes.
 
     batching "union": one batch mixing labeled and pseudo-labeled images; the loss is
         loss(lx, la, lp, y, m, beta) with lx, la, lp the (B, C) logits of x, x_adv, x_pgd and y the (B,)
@@ -34,6 +34,7 @@ class Method:
         standard training and skips the attack. (The AWR step always attacks.)
     """
     name: str
+    label: str                        # its row in the paper's tables (runs record it: ssat.method_label)
     batching: str
     loss: Callable[..., dict[str, torch.Tensor]]
     may_interpolate: bool
@@ -58,9 +59,10 @@ def register_method(method: Method) -> Method:
     return method
 
 
-def method_names() -> tuple[str, ...]:
-    """The registered methods, in registration order (the config's allowed values)."""
-    return tuple(METHOD_REGISTRY)
+def method_names(where=lambda m: True) -> tuple[str, ...]:
+    """The registered methods (those for which `where(method)` holds), in registration order (the config's
+    allowed values)."""
+    return tuple(name for name, m in METHOD_REGISTRY.items() if where(m))
 
 
 def _mbi(lx, la, lp, y, m, beta: float) -> dict[str, torch.Tensor]:
@@ -79,9 +81,9 @@ def _awr(ll, yl, lu, la, lp, lt, m, beta: float, lu_kd=None) -> dict[str, torch.
                     gamma_prime=m.gamma_prime, tau_prime=m.tau_prime, logits_u_kd=lu_kd)
 
 
-register_method(Method("ssat-mbi", "union", _mbi, may_interpolate=True))
-register_method(Method("rst", "union", _mbi, may_interpolate=False, forced_beta=0.0))
-register_method(Method("uat++", "union", _uat, may_interpolate=False, ce_on_adv=True))
-register_method(Method("trades", "union", _mbi, may_interpolate=True))
-register_method(Method("srst-awr", "awr", _awr, may_interpolate=False, forced_beta=0.0))
-register_method(Method("ssat-mbi-awr", "awr", _awr, may_interpolate=True))
+register_method(Method("ssat-mbi", "SSAT-MBI", "union", _mbi, may_interpolate=True))
+register_method(Method("rst", "RST", "union", _mbi, may_interpolate=False, forced_beta=0.0))
+register_method(Method("uat++", "UAT++", "union", _uat, may_interpolate=False, ce_on_adv=True))
+register_method(Method("trades", "TRADES", "union", _mbi, may_interpolate=True))
+register_method(Method("srst-awr", "SRST-AWR", "awr", _awr, may_interpolate=False, forced_beta=0.0))
+register_method(Method("ssat-mbi-awr", "SSAT-MBI-AWR", "awr", _awr, may_interpolate=True))

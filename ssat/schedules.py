@@ -15,11 +15,22 @@ class Schedule:
 
     needs_t: attack.t must be set, 1 <= t <= optim.epochs (eps_max gets it >= 1);
     needs_gamma: attack.gamma is used and must be >= 1 (the config refuses less).
+    title and label are what the tables show; runs record them (ssat.schedule_title, ssat.schedule_label,
+    ssat.schedule_row), so analysis needs no list of schedules.
     """
     name: str
     eps_max: Callable[[int, float, int | None, float], float]
+    title: str                        # its name in the tables: Table 3's row (with t and gamma), Fig. 5's groups
+    label: str                        # its short label in the ablation tables' Glo. column ("none": no schedule)
     needs_t: bool = False
     needs_gamma: bool = False
+
+    @property
+    def row_format(self) -> str:
+        """Table 3's row name, {t} and {gamma} to fill: Const, Linear-{t}, Curious-({gamma},{t})."""
+        if not self.needs_t:
+            return self.title
+        return f"{self.title}-({{gamma}},{{t}})" if self.needs_gamma else f"{self.title}-{{t}}"
 
 
 SCHEDULE_REGISTRY: dict[str, Schedule] = {}
@@ -54,9 +65,9 @@ def _curious(epoch: int, eps: float, t: int, gamma: float) -> float:
     return gamma * eps * epoch / t if epoch <= t else eps
 
 
-register_schedule(Schedule("const", _const))
-register_schedule(Schedule("linear", _linear, needs_t=True))
-register_schedule(Schedule("curious", _curious, needs_t=True, needs_gamma=True))
+register_schedule(Schedule("const", _const, title="Const", label="none"))
+register_schedule(Schedule("linear", _linear, title="Linear", label="Lin.", needs_t=True))
+register_schedule(Schedule("curious", _curious, title="Curious", label="Cur.", needs_t=True, needs_gamma=True))
 
 
 def epsilon_schedule(name: str, epoch: int, *, eps: float = 8 / 255, t: int | None = None,

@@ -53,9 +53,13 @@ class TrackingCallback(Callback):
         self.parent_run_id, self.artifact_root = parent_run_id, artifact_root
         self._tracker: Tracker | None = None
         self._seen: set[str] = set()
+        self._resolved: set[str] = set()  # runs whose resolved.precision was sent
 
     def __getstate__(self):
-        return {**self.__dict__, "_tracker": None, "_seen": set()}
+        return {**self.__dict__, "_tracker": None, "_seen": set(), "_resolved": set()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update({"_resolved": set(), **state})  # a callback Tune saved before _resolved existed
 
     @property
     def tracker(self) -> Tracker:
@@ -96,6 +100,9 @@ class TrackingCallback(Callback):
         if "repro_json" in result:
             rec = json.loads(result["repro_json"])
             t.set_tags(key, {f"repro.{k}": json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in rec.items()})
+            if key not in self._resolved and rec.get("precision"):  # the precision it trained in (auto: by device)
+                t.log_params(key, {"resolved.precision": rec["precision"]})
+                self._resolved.add(key)
         if "failed_reason" in result:
             t.set_tags(key, {"ssat.status": f"FAILED: {result['failed_reason'][:480]}"})
             t.end(key, "FAILED")

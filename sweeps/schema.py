@@ -14,6 +14,8 @@ from typing import Any
 
 from ssat.config import Config
 from ssat.faults import run_key
+from ssat.methods import METHOD_REGISTRY
+from ssat.schedules import SCHEDULE_REGISTRY
 
 UNSCALED_STAGES = ("search", "confirm")  # sampled at the length they run: nothing was rescaled after
 
@@ -51,7 +53,7 @@ def teacher_record(sweep: str, cfg: Config, split_hash: str, teacher_key: str) -
             "ssat.dataset": ds, "ssat.split_hash": split_hash, "ssat.column_group": f"{ds}/{model}",
             "ssat.status": "FINISHED"}
     params = {**{f"teacher.{k}": v for k, v in cfg.to_dict()["teacher"].items()},
-              "dataset": ds, "split_seed": cfg.data.split_seed, "model": model}
+              "data.dataset": ds, "data.split_seed": cfg.data.split_seed, "model.name": model}
     return RunRecord(f"{sweep}-teacher-{split_hash}-{teacher_key}", tags, params, f"teacher-{ds}-{split_hash}")
 
 
@@ -73,14 +75,22 @@ def spec_params(cfg: Config, meta: dict) -> dict:
     return {}
 
 
+def labels(cfg: Config) -> dict[str, str]:
+    """How the tables show the trial's method and schedule: their registry entries' labels (analysis reads these
+    tags and keeps no list of methods or schedules of its own)."""
+    method, schedule = METHOD_REGISTRY[cfg.method.name], SCHEDULE_REGISTRY[cfg.attack.schedule]
+    return {"ssat.method_label": method.label, "ssat.schedule_label": schedule.label,
+            "ssat.schedule_title": schedule.title, "ssat.schedule_row": schedule.row_format}
+
+
 def trial_record(cfg: Config, meta: dict, sampled: dict) -> RunRecord:
-    """A trial's run: tags from its meta (sweep, stage, table, row, ...), the flat parameters of its config
-    (`Config.model_params`), `spec.*` and the values a search sampled (`sampled.<dotted.key>`)."""
+    """A trial's run: tags from its meta (sweep, stage, table, row, ...) and its labels, the flat parameters of
+    its config (`Config.model_params`), `spec.*` and the values a search sampled (`sampled.<dotted.key>`)."""
     config_hash = cfg.config_hash()
     key = trial_key(meta["sweep"], config_hash, cfg.seed, meta["stage"])
     tags = {"ssat.kind": "trial", "ssat.key": key, "ssat.sweep": meta["sweep"], "ssat.stage": meta["stage"],
             "ssat.table": meta.get("table", ""), "ssat.row": meta.get("row", ""),
             "ssat.column_group": meta.get("column_group", ""), "ssat.seed": cfg.seed,
-            "ssat.expected_seeds": meta.get("expected_seeds", ""), "ssat.config_hash": config_hash}
+            "ssat.expected_seeds": meta.get("expected_seeds", ""), "ssat.config_hash": config_hash, **labels(cfg)}
     params = {**cfg.model_params(), **spec_params(cfg, meta), **{f"sampled.{k}": v for k, v in sampled.items()}}
     return RunRecord(key, tags, params, f"{meta.get('row') or config_hash}-seed{cfg.seed}")

@@ -198,6 +198,10 @@ class Tracker:
     def set_tags(self, key: str, tags: dict) -> None:
         self._push({"op": "tags", "key": key, "tags": tags})
 
+    def log_params(self, key: str, params: dict) -> None:
+        """Parameters learnt after the run was made (first write wins: a logged one is never changed)."""
+        self._push({"op": "params", "key": key, "params": params})
+
     def log_artifact(self, key: str, path: str | Path, artifact_path: str | None = None) -> None:
         self._push({"op": "artifact", "key": key, "path": str(path), "artifact_path": artifact_path})
 
@@ -239,6 +243,11 @@ class Tracker:
             self.client.log_batch(rid, metrics=ms, tags=tags)
         elif kind == "tags":
             self.client.log_batch(rid, tags=[RunTag(k, flat_str(v)) for k, v in op["tags"].items()])
+        elif kind == "params":
+            have = self.client.get_run(rid).data.params
+            new = [Param(k, flat_str(v)[:6000]) for k, v in op["params"].items() if k not in have]
+            if new:
+                self.client.log_batch(rid, params=new)
         elif kind == "artifact":
             if Path(op["path"]).exists():
                 self.client.log_artifact(rid, op["path"], op["artifact_path"])

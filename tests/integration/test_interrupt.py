@@ -168,8 +168,8 @@ def test_ctrl_c_in_the_search_and_confirm_stages_then_resume(ray_local, teacher_
     (confirm,) = trial_runs(uri, "cut-search", "confirm")
     _assert_killed(uri, "cut-search", [confirm])
     # the confirmed configuration is a best search trial among those that ran all their epochs
-    score = {(r.data.params["beta"], r.data.params["tau"]): r.data.metrics["val/pgd10"] for r in full}
-    assert score[(confirm.data.params["beta"], confirm.data.params["tau"])] == max(score.values())
+    score = {(r.data.params["method.beta"], r.data.params["method.tau"]): r.data.metrics["val/pgd10"] for r in full}
+    assert score[(confirm.data.params["method.beta"], confirm.data.params["method.tau"])] == max(score.values())
 
     # 3. Resume to the end: the same confirm run finishes.
     assert sweeps_main(["resume", "cut-search", "--workdir", str(tmp_path)]) == 0

@@ -101,7 +101,7 @@ def test_search_then_confirm_reruns_exactly_the_top_k(ray_local, teacher_dir, tm
     assert len(searched) == 4 and len(confirmed) == 4
 
     def sampled(r):
-        return (r.data.params["beta"], r.data.params["tau"])
+        return (r.data.params["method.beta"], r.data.params["method.tau"])
 
     score = {sampled(r): r.data.metrics["val/pgd10"] for r in searched}
     chosen = {sampled(r) for r in confirmed}

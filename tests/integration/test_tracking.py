@@ -54,9 +54,11 @@ def test_sweep_records_everything_and_resume_adds_nothing(ray_local, teacher_dir
             assert 0 <= r.data.metrics[f"test/{ckpt}/clean"] <= 100
             proto = json.loads(r.data.tags[f"protocol/{ckpt}/pgd10"])
             assert proto["checkpoint"] == ckpt and proto["steps"] == 10 and proto["eps"] == pytest.approx(0.3)
-        for p in ("method", "schedule", "t", "gamma", "rho0", "rho_double_epoch", "beta", "tau", "K", "lambda",
-                  "seed", "split_seed", "dataset", "model", "precision"):
+        for p in ("method.name", "attack.schedule", "attack.t", "attack.gamma", "method.rho0", "method.beta",
+                  "method.lam", "seed", "data.split_seed", "data.dataset", "model.name", "system.precision"):
             assert p in r.data.params
+        assert r.data.params["resolved.precision"] == "fp32"  # auto, as it ran on this CPU
+        assert r.data.tags["ssat.method_label"] == "SSAT-MBI"
         repro = {k[6:]: v for k, v in r.data.tags.items() if k.startswith("repro.")}
         for k in ("git_commit", "lock_sha256", "torch", "threads", "split_hash", "teacher_run_id", "dataset_checksums",
                   "ray_trial_id", "node", "gpu_share"):

@@ -41,9 +41,9 @@ def toy_step(epoch, eps, t, gamma):
 
 @pytest.fixture
 def toys():
-    register_method(Method("toy-pgd-at", "union", toy_pgd_at, may_interpolate=False, forced_beta=0.25))
-    register_method(Method("toy-awr-at", "awr", toy_awr_at, may_interpolate=True))
-    register_schedule(Schedule("toy-step", toy_step, needs_t=True))
+    register_method(Method("toy-pgd-at", "Toy PGD-AT", "union", toy_pgd_at, may_interpolate=False, forced_beta=0.25))
+    register_method(Method("toy-awr-at", "Toy AWR-AT", "awr", toy_awr_at, may_interpolate=True))
+    register_schedule(Schedule("toy-step", toy_step, title="Step", label="Step", needs_t=True))
     CALLS.clear()
     yield
     for name in ("toy-pgd-at", "toy-awr-at"):
@@ -154,9 +154,9 @@ def test_the_config_reads_the_schedule_entry(toys):
 
 def test_registration_refuses_a_taken_name_or_an_unknown_batching(toys):
     with pytest.raises(ValueError, match="'rst' is registered already"):
-        register_method(Method("rst", "union", toy_pgd_at, may_interpolate=False))
+        register_method(Method("rst", "RST", "union", toy_pgd_at, may_interpolate=False))
     with pytest.raises(ValueError, match="batching 'paired'; allowed: union, awr"):
-        register_method(Method("toy-paired", "paired", toy_pgd_at, may_interpolate=False))
+        register_method(Method("toy-paired", "Toy", "paired", toy_pgd_at, may_interpolate=False))
     with pytest.raises(ValueError, match="'linear' is registered already"):
-        register_schedule(Schedule("linear", toy_step))
+        register_schedule(Schedule("linear", toy_step, title="Linear", label="Lin."))
     assert "toy-paired" not in METHOD_REGISTRY and SCHEDULE_REGISTRY["linear"].eps_max is not toy_step

@@ -22,10 +22,11 @@ from tests.unit.test_tracking_store import store  # noqa: F401  (a fresh real ML
 # A 10-epoch Linear-6 row run with --epochs 5: it trains t=3 of 5 epochs
 SPEC = {"name": "unit", "preset": "mnist5k-ssat-mbi", "table": "schedules", "column_group": "mnist5k/cnn-small",
         "seeds": [3], "expected_seeds": 2, "grid": [{"row": "lin", "set": {"attack.schedule": "linear", "attack.t": 6}}]}
-TRAINED = {"method": "ssat-mbi", "schedule": "linear", "t": 3, "gamma": 1.25, "eps": 0.3, "rho0": 0.05,
-           "rho_double_epoch": None, "beta": 0.4, "tau": 2.0, "K": 3, "lambda": 8.0, "interpolate": True, "seed": 3,
-           "split_seed": 0, "dataset": "mnist5k", "model": "cnn-small", "precision": "auto", "epochs": 5,
-           "swa_start": None}
+TRAINED = {"method.name": "ssat-mbi", "attack.schedule": "linear", "attack.t": 3, "attack.gamma": 1.25,
+           "attack.eps": 0.3, "method.rho0": 0.05, "method.rho_double_epoch": None, "method.beta": 0.4,
+           "method.tau": 2.0, "method.K": 3, "method.lam": 8.0, "method.interpolate": True, "seed": 3,
+           "data.split_seed": 0, "data.dataset": "mnist5k", "model.name": "cnn-small", "system.precision": "auto",
+           "optim.epochs": 5, "optim.swa_start": None}
 
 
 def grid_config(spec_meta: bool = True) -> dict:
@@ -51,7 +52,9 @@ def test_a_grid_trial_records_what_it_trained_and_what_its_spec_said():
     assert rec.key == meta["trial_key"] == f"unit-{h}-s3-grid" and rec.name == "lin-seed3"
     assert rec.tags == {"ssat.kind": "trial", "ssat.key": rec.key, "ssat.sweep": "unit", "ssat.stage": "grid",
                         "ssat.table": "schedules", "ssat.row": "lin", "ssat.column_group": "mnist5k/cnn-small",
-                        "ssat.seed": 3, "ssat.expected_seeds": 2, "ssat.config_hash": h}
+                        "ssat.seed": 3, "ssat.expected_seeds": 2, "ssat.config_hash": h,
+                        "ssat.method_label": "SSAT-MBI", "ssat.schedule_label": "Lin.", "ssat.schedule_title": "Linear",
+                        "ssat.schedule_row": "Linear-{t}"}
     assert rec.params == {**TRAINED, "spec.epochs": 10, "spec.t": 6}
     # a stage built before spec_* were in the meta (a resumed sweep's): no spec.* (analysis infers them)
     assert resolve_trial(grid_config(spec_meta=False))[1]["record"].params == TRAINED
@@ -64,7 +67,7 @@ def test_a_trial_records_the_swa_start_it_trained_with_after_epochs():
     (t,) = spec.trials()
     meta = {"sweep": "unit", "stage": t.stage, "row": t.row, "seed": t.seed, **t.spec_meta}
     _, m = resolve_trial({"trial": {"meta": meta, "cfg": t.config.to_dict()}})
-    assert (m["record"].params["swa_start"], m["record"].params["epochs"]) == (120, 140)
+    assert (m["record"].params["optim.swa_start"], m["record"].params["optim.epochs"]) == (120, 140)
 
 
 def test_search_and_confirm_trials_record_sampled_values_at_the_length_they_run():
@@ -73,13 +76,14 @@ def test_search_and_confirm_trials_record_sampled_values_at_the_length_they_run(
     meta = {"sweep": "unit", "stage": "search", "row": "", "seed": 3}
     cfg, m = resolve_trial({"meta": meta, "base": spec.base, "method.beta": 0.7})
     p = m["record"].params
-    assert (p["beta"], p["sampled.method.beta"], p["seed"]) == (0.7, 0.7, 3)
-    assert (p["epochs"], p["t"], p["spec.epochs"], p["spec.t"]) == (5, 4, 5, 4)  # the preset's t=7 of 10, halved
+    assert (p["method.beta"], p["sampled.method.beta"], p["seed"]) == (0.7, 0.7, 3)
+    assert (p["optim.epochs"], p["attack.t"], p["spec.epochs"], p["spec.t"]) == (5, 4, 5, 4)  # the preset's t=7 of 10, halved
     assert m["trial_key"] == f"unit-{cfg.config_hash()}-s3-search" and m["sampled"] == {"method.beta": 0.7}
     cfg, m = resolve_trial({"trial": {"meta": {**meta, "stage": "confirm", "row": "confirm-1"},
                                       "cfg": spec.config_for({"method.beta": 0.7}, 10).to_dict()}})
     p = m["record"].params
-    assert (p["beta"], p["seed"], p["spec.epochs"], p["spec.t"]) == (0.7, 10, 5, 4) and "sampled.method.beta" not in p
+    assert (p["method.beta"], p["seed"], p["spec.epochs"], p["spec.t"]) == (0.7, 10, 5, 4)
+    assert "sampled.method.beta" not in p
 
 
 def test_sweep_and_teacher_records():
@@ -93,7 +97,8 @@ def test_sweep_and_teacher_records():
     assert t.tags == {"ssat.kind": "teacher", "ssat.sweep": "unit", "ssat.table": "main", "ssat.row": "FixMatch",
                       "ssat.dataset": "mnist5k", "ssat.split_hash": "split0123",
                       "ssat.column_group": "mnist5k/cnn-small", "ssat.status": "FINISHED"}
-    assert (t.params["dataset"], t.params["split_seed"], t.params["model"]) == ("mnist5k", 2, "cnn-small")
+    assert (t.params["data.dataset"], t.params["data.split_seed"], t.params["model.name"]) == ("mnist5k", 2,
+                                                                                             "cnn-small")
     assert t.params["teacher.steps"] == cfg.teacher.steps and t.params["teacher.model"] is None
 
 
