@@ -236,14 +236,18 @@ class GraphStep:
 
 class Engine:
     """Runs `terms_fn` (a step of ssat/step.py bound to its config) as one optimiser step, as fast as the device
-    and system.* allow. batching: "union" (batches (x, y)) or "awr" (batches (xl, yl, xu)); sizes: the full
+    and system.* allow. Batches are the method's batching's: union (x, y), AWR (xl, yl, xu); sizes: the full
     batch's lengths (union (B, B); AWR (n, n, u)), the shape graph mode captures and the compiled model runs."""
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, cfg, device: torch.device, terms_fn: TermsFn,
-                 batching: str, sizes: tuple[int, ...], log: Callable[[str], None] = print):
+                 sizes: tuple[int, ...], log: Callable[[str], None] = print):
+        from .methods import METHOD_REGISTRY
+
         s = cfg.system
-        self.model, self.opt, self.device, self.terms_fn, self.batching, self.log = model, opt, device, terms_fn, \
-            batching, log
+        self.model, self.opt, self.device, self.terms_fn, self.log = model, opt, device, terms_fn, log
+        self.batching = METHOD_REGISTRY[cfg.method.name].batching
+        if device.type == "cuda":
+            torch.backends.cudnn.benchmark = s.cudnn_benchmark  # cuDNN picks its fastest algorithms (autotuning)
         self.precision = training_precision(s.precision, device.type)
         if s.precision == "fp16" and self.precision == "fp32":
             log(f"system.precision fp16 on {device.type}: training in fp32")

@@ -231,6 +231,35 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", 
     return model, cfg, ck
 
 
+def evaluate_checkpoints(cfg, out: Path, arrays, device, channels_last: bool, best_epoch: int, checkpoints=None,
+                         log=print) -> dict[str, dict]:
+    """A run's test protocol: clean and PGD-k on each checkpoint of eval.checkpoints (or `checkpoints`) found in
+    `out`, AutoAttack on those of eval.autoattack_checkpoints for the seeds of eval.autoattack_seeds; the results
+    and their protocol records also written to out/results.json. {ckpt: {attack: {"acc", "protocol"}}}."""
+    e = cfg.eval
+    x, y, subset = first_n_test(arrays, e.test_n, device)
+    x, n = (x.contiguous(memory_format=torch.channels_last) if channels_last else x), len(x)
+    kinds = checkpoints or e.checkpoints
+    aa_here = e.autoattack and (e.autoattack_seeds is None or cfg.seed in e.autoattack_seeds)
+    log(f"final evaluation: {'/'.join(kinds)} checkpoint on {n:,} test images, "
+        + ", ".join(f"PGD-{s}" for s in e.pgd_steps)
+        + (f", AutoAttack on {min(e.autoattack_n or n, n):,}" if aa_here and set(kinds) & set(e.autoattack_checkpoints)
+           else ""))
+    results = {}
+    for kind in kinds:
+        model, _, _ = load_checkpoint_model(out / f"{kind}.pt", device)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        aa = aa_here and kind in e.autoattack_checkpoints
+        results[kind] = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=kind, pgd_steps=e.pgd_steps,
+                                       autoattack=aa, autoattack_n=e.autoattack_n, batch_size=e.batch_size,
+                                       subset=subset, tf32=e.tf32, log=log)
+    metrics, tags = flatten_results(results)
+    (out / "results.json").write_text(json.dumps({"metrics": metrics, "protocols": tags, "best_epoch": best_epoch},
+                                                 indent=1))
+    return results
+
+
 def first_n_test(arrays, n: int | None, device) -> tuple[torch.Tensor, torch.Tensor, str]:
     """The first n test images of `arrays` (all when n is None) as float (n, C, H, W) in [0, 1] and labels (n,)
     on `device`, with the protocol's subset name ("full" or "first<n>")."""

@@ -302,6 +302,15 @@ def _test_protocol(model: nn.Module, arrays: Arrays, cfg, device, log: Log) -> d
     return test
 
 
+def _progress(rec: dict, steps: int) -> str:
+    """A validation step's line: losses, mask rate, validation accuracy, time so far and left."""
+    acc, step = rec["val_acc"], rec["step"]
+    return (f"teacher step {step}/{steps} | loss {rec['loss']:.4f} (sup {rec['sup']:.4f}, unsup "
+            f"{rec['unsup']:.4f}) | mask rate {rec['mask_rate']:.3f} | "
+            + (f"val acc {acc:.2f}%" if acc is not None else "no validation set")
+            + f" | {rec['seconds']:.1f}s, about {rec['seconds'] * (steps - step) / step:.0f}s left")
+
+
 def _train_teacher(cfg, arrays, split, log, device) -> TeacherOutputs:
     t, ds = cfg.teacher, cfg.data.dataset
     loop = TeacherSteps(cfg, arrays, split, device)
@@ -321,10 +330,7 @@ def _train_teacher(cfg, arrays, split, log, device) -> TeacherOutputs:
             rec = {"step": step, **loop.take_means(), "val_acc": acc, "lr": loop.opt.param_groups[0]["lr"],
                    "seconds": time.perf_counter() - t0}
             history.append(rec)
-            log(f"teacher step {step}/{t.steps} | loss {rec['loss']:.4f} (sup {rec['sup']:.4f}, unsup "
-                f"{rec['unsup']:.4f}) | mask rate {rec['mask_rate']:.3f} | "
-                + (f"val acc {acc:.2f}%" if acc is not None else "no validation set")
-                + f" | {rec['seconds']:.1f}s, about {rec['seconds'] * (t.steps - step) / step:.0f}s left")
+            log(_progress(rec, t.steps))
             score = acc if acc is not None else -math.inf
             if score > best_acc or best_state is None or (acc is None and step == t.steps):
                 best_acc, best_step = score, step

@@ -143,11 +143,13 @@ def resolve_teacher(cfg, arrays: Arrays, split: Split, log: Log = print) -> Teac
     return _obtain(cfg, arrays, split, log)
 
 
-def load_teacher_model(outputs: TeacherOutputs, num_classes: int, in_channels: int,
+def load_teacher_model(outputs: TeacherOutputs | None, num_classes: int, in_channels: int,
                        device: str | torch.device = "cpu") -> nn.Module:
     """The frozen teacher network (eval mode, no gradients) for the AWR teacher-KL term."""
-    if outputs.model_state is None or outputs.model_name is None:
-        raise ValueError("teacher: these outputs carry no weights (a pseudo-label file); AWR methods need them")
+    if outputs is None or outputs.model_state is None or outputs.model_name is None:
+        raise ValueError("teacher: these outputs carry no weights (a pseudo-label file without them, or no teacher); "
+                         "the AWR methods need the teacher's weights: its KL term is computed on every augmented "
+                         "image")
     model = create_model(outputs.model_name, num_classes, in_channels).to(device)
     model.load_state_dict(outputs.model_state)
     return model.eval().requires_grad_(False)

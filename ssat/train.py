@@ -28,13 +28,14 @@ from . import faults
 from .config import Config
 from .datasets import AWRBatches, DATASET_INFO, UnionBatches, split_for, to_float
 from .engine import Engine, StepStats
-from .evaluate import evaluate_model, flatten_results
-from .methods import METHOD_REGISTRY
+from .evaluate import evaluate_checkpoints, evaluate_model
 from .models import create_model
 from .pseudo_labels import TeacherOutputs
 from .runtime import resolve_device, seed_everything
 from .schedules import at_epoch
 from .step import awr_step, union_step
+from .swa import WeightAverage
+from .teacher import load_teacher_model, resolve_teacher
 from .storage import load_verified, save_verified
 
 
@@ -63,18 +64,17 @@ class Trainer:
         self.num_classes, self.channels = info.classes, info.channels
         self.teacher = self._build_teacher(teacher)
         self.model, self.opt = self._build_model()  # the model's initial weights: the run seed's first draws
-        self.teacher_model = self._build_teacher_model() if cfg.is_awr else None
+        self.teacher_model = load_teacher_model(self.teacher, self.num_classes, self.channels, self.device) \
+            if cfg.is_awr else None
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.batches, sizes = self._build_batches()
-        self.engine = Engine(self.model, self.opt, cfg, self.device, self._terms,
-                             METHOD_REGISTRY[cfg.method.name].batching, sizes, log)
+        self.engine = Engine(self.model, self.opt, cfg, self.device, self._terms, sizes, log)
         self.acc = StepStats(self.device, cfg.method.K)
         val = torch.from_numpy(self.split.val)
         self.x_val = self.engine.prep([to_float(self.arrays.x_train[val]).to(self.device)])[0]
         self.y_val = self.arrays.y_train[val].to(self.device)
         o = cfg.optim
-        self.swa = None if o.swa_start is None else \
-            torch.optim.swa_utils.AveragedModel(self.model, use_buffers=o.swa_bn == "average")
+        self.swa = None if o.swa_start is None else WeightAverage(self.model, o.swa_start, o.swa_bn, self._bn_images)
         self.epoch, self.best_score, self.best_clean, self.best_epoch, self.history = 0, -math.inf, -math.inf, 0, []
         self.train_seconds = 0.0
         if (self.out / "state.pt").exists():
@@ -82,24 +82,20 @@ class Trainer:
 
     # ---- build steps --------------------------------------------------------------------------
     def _build_process(self) -> torch.device:
-        """Threads, device, memory cap, cuDNN autotuning, seeds and the fault injector's context."""
+        """Threads, device, memory cap, seeds and the fault injector's context."""
         s = self.cfg.system
         if s.threads:
             torch.set_num_threads(s.threads)
         device = resolve_device(s.device)
-        if device.type == "cuda":
-            if s.cuda_memory_fraction:
-                torch.cuda.set_per_process_memory_fraction(  # needs an index: "cuda" alone is refused
-                    s.cuda_memory_fraction, device.index if device.index is not None else torch.cuda.current_device())
-            torch.backends.cudnn.benchmark = s.cudnn_benchmark
+        if device.type == "cuda" and s.cuda_memory_fraction:
+            torch.cuda.set_per_process_memory_fraction(  # needs an index: "cuda" alone is refused
+                s.cuda_memory_fraction, device.index if device.index is not None else torch.cuda.current_device())
         seed_everything(self.cfg.seed)
         faults.set_context(self.cfg.seed, faults.run_key(self.cfg.config_hash(), self.cfg.seed))
         return device
 
     def _build_teacher(self, teacher: TeacherOutputs | None) -> TeacherOutputs | None:
         if teacher is None and needs_teacher(self.cfg):
-            from .teacher import resolve_teacher
-
             teacher = resolve_teacher(self.cfg, self.arrays, self.split, log=self.log)
         return teacher
 
@@ -108,16 +104,6 @@ class Trainer:
         model = create_model(m.name, self.num_classes, self.channels, m.dropout).to(self.device)
         return model, torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
                                       nesterov=o.nesterov)
-
-    def _build_teacher_model(self) -> nn.Module:
-        """AWR: the teacher's network, frozen (its KL term is computed on every augmented image)."""
-        t = self.teacher
-        if t is None or t.model_state is None:
-            raise ValueError("method.name: AWR methods need the teacher's weights (its KL term is computed on "
-                             "every augmented image); a pseudo-label file without weights is not enough")
-        model = create_model(t.model_name, self.num_classes, self.channels).to(self.device)
-        model.load_state_dict(t.model_state)
-        return model.eval().requires_grad_(False)
 
     def _build_batches(self):
         """The epoch's batches on the device, and the lengths of a full batch (what graph mode captures)."""
@@ -140,12 +126,8 @@ class Trainer:
         return union_step(net, self.cfg, *batch, eps_max, rho, forward=fwd)
 
     # ---- one epoch ----------------------------------------------------------------------------
-    def schedule(self, epoch: int) -> dict[str, float]:
-        """eps_max, rho and lr of `epoch` (ssat.schedules.at_epoch: the dry run prints the same numbers)."""
-        return at_epoch(self.cfg, epoch)
-
     def train_epoch(self, epoch: int) -> dict[str, float]:
-        sched = self.schedule(epoch)
+        sched = at_epoch(self.cfg, epoch)  # eps_max, rho and lr (the dry run prints the same numbers)
         for g in self.opt.param_groups:
             g["lr"] = sched["lr"]
         # Statistics stay on the device and are read once per epoch (and the finiteness flag every
@@ -158,10 +140,10 @@ class Trainer:
             faults.maybe("epoch", epoch, step=i)
             self.engine.step(batch, sched, acc, poison=faults.active("nan", epoch))
             if (i + 1) % CHECK_EVERY == 0 or self.device.type == "cpu":
-                self._check_finite(acc.bad, epoch, i + 1)
-        self._check_finite(acc.bad, epoch, "the end")
-        if self.swa is not None and epoch > self.cfg.optim.swa_start:
-            self.swa.update_parameters(self.model)
+                _check_finite(acc.bad, epoch, i + 1)
+        _check_finite(acc.bad, epoch, "the end")
+        if self.swa is not None:
+            self.swa.update(self.model, epoch)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         secs = time.perf_counter() - t0
@@ -174,31 +156,15 @@ class Trainer:
             out["perf/graph_steps"] = acc.graph_steps
         return out
 
-    @staticmethod
-    def _check_finite(bad: torch.Tensor, epoch: int, step) -> None:
-        if bad.item():
-            raise TrainingDiverged(f"loss became nan or infinite at epoch {epoch} (detected at step {step})")
-
     # ---- validation and selection -------------------------------------------------------------
-    def _swa_active(self, epoch: int) -> bool:
-        return self.swa is not None and epoch > self.cfg.optim.swa_start
-
-    def _recompute_bn(self, model: nn.Module) -> None:
-        """BN statistics of the SWA model recomputed on clean (unaugmented) training images: one cumulative
-        pass in chunks of 500 (torch's update_bn; the model's mode is restored)."""
+    def _bn_images(self):
+        """Clean (unaugmented) training images in chunks of 500: the SWA model's BN statistics pass."""
         xs = self.batches.xu if self.cfg.is_awr else self.batches.x
-        with torch.no_grad():
-            torch.optim.swa_utils.update_bn((self.engine.prep([to_float(xs[i: i + 500])])[0]
-                                             for i in range(0, len(xs), 500)), model)
+        return (self.engine.prep([to_float(xs[i: i + 500])])[0] for i in range(0, len(xs), 500))
 
     def selection_model(self, epoch: int) -> nn.Module:
-        """The model whose validation PGD-10 decides 'best': the SWA model once SWA has started, its BN statistics
-        recomputed on clean images or averaged with the weights (optim.swa_bn)."""
-        if self._swa_active(epoch):
-            if self.cfg.optim.swa_bn == "recompute":
-                self._recompute_bn(self.swa.module)
-            return self.swa.module
-        return self.model
+        """The model whose validation PGD-10 decides 'best': the SWA model once SWA has started (ssat/swa.py)."""
+        return self.model if self.swa is None else self.swa.model_for(epoch, self.model)
 
     def validate(self, model: nn.Module) -> dict[str, float]:
         if not len(self.x_val):
@@ -216,14 +182,13 @@ class Trainer:
 
     def state_dict(self) -> dict:
         st = {"epoch": self.epoch, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
-              "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
-              "best_score": self.best_score, "best_clean": self.best_clean, "best_epoch": self.best_epoch,
-              "history": self.history,
+              "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(), "best_score": self.best_score,
+              "best_clean": self.best_clean, "best_epoch": self.best_epoch, "history": self.history,
               "train_seconds": self.train_seconds, "config_hash": self.cfg.config_hash(exclude_seed=False)}
         if self.device.type == "cuda":
             st["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         if self.swa is not None:
-            st["swa"] = self.swa.state_dict()
+            st["swa"] = self.swa.avg.state_dict()
         return st
 
     def load_state(self) -> None:
@@ -238,7 +203,7 @@ class Trainer:
         if "cuda_rng" in st and self.device.type == "cuda":
             torch.cuda.set_rng_state(st["cuda_rng"].cpu(), self.device)
         if self.swa is not None and "swa" in st:
-            self.swa.load_state_dict(st["swa"])
+            self.swa.avg.load_state_dict(st["swa"])
         self.epoch, self.best_score, self.best_epoch = st["epoch"], st["best_score"], st["best_epoch"]
         self.best_clean = st["best_clean"]
         self.history, self.train_seconds = st["history"], st["train_seconds"]
@@ -247,7 +212,7 @@ class Trainer:
     def save(self, metrics: dict, selection: nn.Module, improved: bool) -> None:
         if improved:
             save_verified(self._weights(selection, "best", self.epoch, metrics), self.out / "best.pt")
-        last = self.swa.module if self._swa_active(self.epoch) else self.model
+        last = self.model if self.swa is None or not self.swa.active(self.epoch) else self.swa.avg.module
         save_verified(self._weights(last, "last", self.epoch, metrics), self.out / "last.pt")
         save_verified(self.state_dict(), self.out / "state.pt")  # last: it marks the epoch as done
 
@@ -278,32 +243,15 @@ class Trainer:
         return list(self.epochs())
 
     def final_evaluation(self, checkpoints=None) -> dict[str, dict]:
-        """The test protocol on the checkpoints (default eval.checkpoints: best and last):
-        {ckpt: {attack: {"acc", "protocol"}}}."""
-        from .evaluate import first_n_test, load_checkpoint_model
+        """The test protocol on the checkpoints (default eval.checkpoints: best and last), results.json written:
+        {ckpt: {attack: {"acc", "protocol"}}} (ssat.evaluate.evaluate_checkpoints)."""
+        return evaluate_checkpoints(self.cfg, self.out, self.arrays, self.device, self.engine.channels_last,
+                                    self.best_epoch, checkpoints, log=self.log)
 
-        e = self.cfg.eval
-        x, y, subset = first_n_test(self.arrays, e.test_n, self.device)
-        x, n = self.engine.prep([x])[0], len(x)
-        kinds = checkpoints or e.checkpoints
-        aa_here = e.autoattack and (e.autoattack_seeds is None or self.cfg.seed in e.autoattack_seeds)
-        self.log(f"final evaluation: {'/'.join(kinds)} checkpoint on {n:,} test images, "
-                 + ", ".join(f"PGD-{s}" for s in e.pgd_steps)
-                 + (f", AutoAttack on {min(e.autoattack_n or n, n):,}" if aa_here and set(kinds)
-                    & set(e.autoattack_checkpoints) else ""))
-        results = {}
-        for kind in kinds:
-            model, _, _ = load_checkpoint_model(self.out / f"{kind}.pt", self.device)
-            if self.engine.channels_last:
-                model = model.to(memory_format=torch.channels_last)
-            aa = aa_here and kind in e.autoattack_checkpoints
-            results[kind] = evaluate_model(model, x, y, eps=self.cfg.eps, checkpoint=kind, pgd_steps=e.pgd_steps,
-                                           autoattack=aa, autoattack_n=e.autoattack_n,
-                                           batch_size=e.batch_size, subset=subset, tf32=e.tf32, log=self.log)
-        metrics, tags = flatten_results(results)
-        (self.out / "results.json").write_text(json.dumps({"metrics": metrics, "protocols": tags,
-                                                           "best_epoch": self.best_epoch}, indent=1))
-        return results
+
+def _check_finite(bad: torch.Tensor, epoch: int, step) -> None:
+    if bad.item():
+        raise TrainingDiverged(f"loss became nan or infinite at epoch {epoch} (detected at step {step})")
 
 
 def ranged(items: Iterator, name: str) -> Iterator:

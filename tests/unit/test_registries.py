@@ -9,7 +9,8 @@ from ssat.config import ConfigError, from_dict
 from ssat.datasets import to_float
 from ssat.methods import METHOD_REGISTRY, Method, method_names, register_method
 from ssat.presets import preset
-from ssat.schedules import SCHEDULE_REGISTRY, Schedule, epsilon_schedule, register_schedule, schedule_table
+from ssat.schedules import (SCHEDULE_REGISTRY, Schedule, at_epoch, epsilon_schedule, register_schedule,
+                            schedule_table)
 from ssat.train import Trainer
 from test_trainer import TINY, fake_teacher
 
@@ -134,7 +135,7 @@ def test_a_registered_schedule_drives_training_and_the_dry_run(toys, tmp_path):
     tr, metrics, _ = train(cfg, tmp_path)
     assert metrics["sched/eps_max"] == half
     assert metrics["adv/pgd_linf_max"] == pytest.approx(half, abs=1e-5)  # the attack followed eps_max
-    assert tr.schedule(1) == {"eps_max": half, "rho": cfg.method.rho0, "lr": cfg.optim.lr}
+    assert at_epoch(tr.cfg, 1) == {"eps_max": half, "rho": cfg.method.rho0, "lr": cfg.optim.lr}
     two = one_epoch("mnist5k-ssat-mbi", **{"attack.schedule": "toy-step", "attack.t": 1, "optim.epochs": 2})
     assert schedule_table(two)["eps_max"] == [half, cfg.eps]
 

@@ -15,6 +15,7 @@ from ssat.config import from_dict
 from ssat.datasets import Split, UnionBatches
 from ssat.presets import PRESETS, preset
 from ssat.engine import StepStats, graph_plan, graph_refusal
+from ssat.schedules import at_epoch
 from ssat.train import Trainer
 from test_trainer import fake_teacher, strip, tiny
 
@@ -150,7 +151,7 @@ def test_a_step_never_reads_a_tensor_value_on_the_host(tmp_path, monkeypatch):
 
     for name in ("item", "tolist", "__bool__", "__float__", "__int__"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
-    tr.engine.step(batch, tr.schedule(1), acc)
+    tr.engine.step(batch, at_epoch(tr.cfg, 1), acc)
     monkeypatch.undo()
     assert acc.n_att == len(batch[0]) and acc.eager_steps == 1 and acc.stats["alpha"].item() > 0
 

@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn as nn
 
+from ssat import swa
 from ssat.datasets import to_float
+from ssat.swa import recompute_bn
 from ssat.train import Trainer
 
 
@@ -15,8 +17,9 @@ def test_swa_bn_statistics_are_the_cumulative_average_over_chunks_of_500():
     x = (torch.rand(1234, 2, 3, 3) * 255).to(torch.uint8)
     model = nn.Sequential(nn.BatchNorm2d(2)).eval()
     model[0].running_mean.fill_(7.0)  # stale statistics must be replaced, not averaged in
-    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=False), batches=SimpleNamespace(x=x), engine=SimpleNamespace(prep=lambda b: b))
-    Trainer._recompute_bn(fake, model)
+    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=False), batches=SimpleNamespace(x=x),
+                           engine=SimpleNamespace(prep=lambda b: b))
+    recompute_bn(model, Trainer._bn_images(fake))
     chunks = [to_float(x[i: i + 500]).double() for i in range(0, 1234, 500)]
     # momentum None: the running mean is the plain average of the three chunk means (not weighted by size)
     want_mean = torch.stack([c.mean(dim=(0, 2, 3)) for c in chunks]).mean(0)
@@ -32,8 +35,9 @@ def test_awr_recomputes_on_the_unlabeled_images():
     xu = torch.full((10, 1, 2, 2), 51, dtype=torch.uint8)   # 0.2 after scaling
     x = torch.full((10, 1, 2, 2), 255, dtype=torch.uint8)
     model = nn.Sequential(nn.BatchNorm2d(1))
-    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=True), batches=SimpleNamespace(xu=xu, x=x), engine=SimpleNamespace(prep=lambda b: b))
-    Trainer._recompute_bn(fake, model)
+    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=True), batches=SimpleNamespace(xu=xu, x=x),
+                           engine=SimpleNamespace(prep=lambda b: b))
+    recompute_bn(model, Trainer._bn_images(fake))
     assert model[0].running_mean.item() == torch.tensor(0.2).item()
 
 
@@ -42,10 +46,10 @@ def _trainer(tmp_path, swa_bn, monkeypatch):
     from tests.unit.test_trainer import fake_teacher, tiny
 
     cfg = tiny(**{"optim.swa_start": 1, "optim.swa_bn": swa_bn, "eval.val_every": 1})
-    calls = []
-    orig = Trainer._recompute_bn
-    monkeypatch.setattr(Trainer, "_recompute_bn", lambda self, m: (calls.append(self.epoch), orig(self, m)))
-    return Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None), calls
+    calls, orig = [], swa.recompute_bn
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    monkeypatch.setattr(swa, "recompute_bn", lambda m, images: (calls.append(tr.epoch), orig(m, images)))
+    return tr, calls
 
 
 def _bn(model):
@@ -59,7 +63,7 @@ def test_average_mode_averages_running_statistics_and_weights_over_the_epochs_af
         bn = _bn(tr.model)
         raw.append((bn.running_mean.clone(), bn.running_var.clone(), bn.weight.detach().clone()))
     assert calls == []  # nothing recomputed on clean images
-    avg = _bn(tr.swa.module)
+    avg = _bn(tr.swa.avg.module)
     for got, i in ((avg.running_mean, 0), (avg.running_var, 1), (avg.weight, 2)):
         want = (raw[1][i] + raw[2][i]) / 2
         assert torch.allclose(got, want, atol=1e-6) and not torch.allclose(got, raw[2][i], atol=1e-4)
@@ -74,7 +78,7 @@ def test_recompute_mode_recomputes_each_validated_swa_epoch(tmp_path, monkeypatc
     tr, calls = _trainer(tmp_path, "recompute", monkeypatch)
     tr.fit()
     assert calls == [1, 2]  # before epochs 2 and 3 are recorded (self.epoch is still the previous one)
-    assert not torch.allclose(_bn(tr.swa.module).running_mean, _bn(tr.model).running_mean, atol=1e-4)
+    assert not torch.allclose(_bn(tr.swa.avg.module).running_mean, _bn(tr.model).running_mean, atol=1e-4)
 
 
 def test_swa_bn_is_checked_by_name():

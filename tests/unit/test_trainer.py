@@ -54,9 +54,9 @@ def test_resume_is_bit_identical(tmp_path, method):
     for k, v in straight.model.state_dict().items():
         assert torch.equal(v, resumed.model.state_dict()[k]), k
     if straight.swa is not None:  # the AWR runs' weight average resumes too (its count and its weights)
-        assert int(straight.swa.n_averaged) == 2
-        for k, v in straight.swa.state_dict().items():
-            assert torch.equal(v, resumed.swa.state_dict()[k]), k
+        assert int(straight.swa.avg.n_averaged) == 2
+        for k, v in straight.swa.avg.state_dict().items():
+            assert torch.equal(v, resumed.swa.avg.state_dict()[k]), k
 
 
 def test_metrics_follow_the_schedule_and_checkpoints_exist(tmp_path):
