@@ -14,9 +14,15 @@ Command lines:
         F: a key of analysis.plots.FIGURES (beta, rho, pareto, curves, alpha, ablation; --help says what each shows)
     python -m analysis.autoattack --experiment NAME [--checkpoint best|last]   AutoAttack attack by attack
     python -m analysis.importance --experiment NAME [--epoch E] [--metric KEY] [--out DIR]   which settings matter
-Each also takes --ray-results DIR (instead of or beside --experiment) and --tracking-uri URI.
+    python -m analysis.convergence --experiment NAME [--stage S ...] [--out FILE.md]   did each row converge
+Each takes --tracking-uri URI; export, tables, plots and autoattack also --ray-results DIR (instead of or beside
+--experiment).
 
 From Python: `analysis.collect.load_runs` / `load_history`, `analysis.tables.render_table(df_runs, table,
 fmt)`, `analysis.tables.write_table(df_runs, table, folder)`, `analysis.plots.plot_figure(df_runs,
-df_hist, figure, out_png)`. Modules: collect, protocol, specs, cells, render, tables, plots, export, paper, autoattack, importance.
+df_hist, figure, out_png)`. Modules: collect, protocol, specs, cells, render, markdown, tables, plots, export, paper,
+autoattack, importance, convergence.
+
+Every command reads an existing store: without --tracking-uri (and $MLFLOW_TRACKING_URI) that is MLflow's default
+./mlflow.db, and where it does not exist the command says so and creates nothing (`collect.resolve_tracking_uri`).
 """

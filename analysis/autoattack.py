@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from .collect import SourceError, add_source_args, load_runs
+from .markdown import md_align, md_row
 from .protocol import CHECKPOINTS
 
 ATTACKS = ("apgd-ce", "apgd-t", "fab-t", "square")
@@ -41,11 +42,11 @@ def render(table: pd.DataFrame, fmt: str = "md") -> str:
     if fmt == "csv":
         return table.to_csv(index=False, float_format="%.2f")
     head = ["run", "row", "seed", "APGD-CE", "APGD-T", "FAB-T", "Square", "Square drop"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [md_row(head), md_align("---" for _ in head)]
     for _, r in table.iterrows():
         flag = " (masking?)" if r["square_drop"] > 0 else ""
-        lines.append(f"| {r['run_name']} | {r['row']} | {r['seed']} | " + " | ".join(f"{r[a]:.2f}" for a in ATTACKS)
-                     + f" | {r['square_drop']:.2f}{flag} |")
+        lines.append(md_row([r["run_name"], r["row"], r["seed"], *(f"{r[a]:.2f}" for a in ATTACKS),
+                             f"{r['square_drop']:.2f}{flag}"]))
     return "\n".join(lines)
 
 

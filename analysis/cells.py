@@ -90,8 +90,8 @@ def select_runs(runs: pd.DataFrame, spec: TableSpec, opts: Options) -> pd.DataFr
             continue
         # standard training (lambda 0) is no method's cell: the table's standard row, or left out
         row = spec.standard_row if is_standard(run) else spec.row_of(run)
-        group = spec.group_of(run)
-        if row is not None and group is not None:
+        group = None if row is None else spec.group_of(run)  # (a group may need labels the row did not)
+        if group is not None:
             records.append({**run, "row": row, "group": group})
     sel = pd.DataFrame.from_records(records, columns=list(runs.columns) + ["row", "group"])
     return _attach_teachers(sel)
@@ -137,10 +137,11 @@ def _acc_value(run: dict, col, opts: Options) -> tuple[float | None, str | None,
 def _time_value(run: dict, col, opts: Options) -> tuple[float | None, str | None, str | None]:
     """Training time: only runs trained in the table's precision are comparable."""
     hours = value(run, "metric.time/total_hours")
-    epochs = value(run, "metric.time/epochs") or param(run, "epochs")
+    epochs = value(run, "metric.time/epochs") or param(run, "optim.epochs")
     if hours is None or epochs is None:
         return None, "no time/total_hours or time/epochs metric", None
-    precision = param(run, "precision")
+    # what it trained in (logged from its first result), else what it was configured to ("auto" compares with none)
+    precision = param(run, "resolved.precision") or param(run, "system.precision")
     reason = None if precision == opts.precision else f"training precision {precision!r}, table needs {opts.precision!r}"
     v = {"epochs": float(epochs), "hours": float(hours), "min_per_epoch": 60.0 * float(hours) / float(epochs)}
     return v[col.key], reason, None
@@ -354,7 +355,7 @@ def _detail_note(spec: TableSpec, sel: pd.DataFrame, values: pd.DataFrame) -> li
     used = sel[sel["run_id"].isin(values["run_id"])]
     found = {}
     for run in used.to_dict("records"):
-        glo = run["row"].split("|")[0]
+        glo = run["row"].rsplit("|", 1)[0]  # (a label may hold "|" itself)
         if glo != "none" and run["row"] != spec.standard_row:  # standard training attacks nothing: no schedule
             found.setdefault(glo, set()).add(spec.detail_of(run))
     if not found:
@@ -364,7 +365,7 @@ def _detail_note(spec: TableSpec, sel: pd.DataFrame, values: pd.DataFrame) -> li
 
 
 def _paper_notes(spec: TableSpec, sel: pd.DataFrame) -> list[str]:
-    epochs = sorted({int(e) for e in sel.get("param.epochs", pd.Series(dtype=float)).dropna()})
+    epochs = sorted({int(e) for e in sel.get("param.optim.epochs", pd.Series(dtype=float)).dropna()})
     found = f" Our runs: {', '.join(map(str, epochs))} epochs." if epochs else ""
     timing = all(c.kind == "time" for c in spec.columns)
     return [f"Paper values from {spec.paper} of the SSAT-MBI paper (CVPR 2025); '—' where it has none.",

@@ -3,14 +3,16 @@
 Both readers return the same two frames, so every table and plot works on either source. Both read the run
 record the sweeps wrote (its tags and parameters: MLflow's run, or the ``run_json`` a trial reports with every
 result) and derive nothing from a config; only the ``spec.*`` parameters of runs logged before them are
-inferred, in one place (`legacy_spec_params`).
+inferred, in one place (`legacy_spec_params`), and the parameters of runs recorded before issue 27 are read under
+today's names, in one place (`LEGACY_PARAM_NAMES`, applied by `runs_frame`).
 
 ``runs``: one row per run.
     run_id, experiment, source ('mlflow' | 'ray'), run_name, start_time, parent_run_id
     meta.<x>       the ``ssat.<x>`` tags (kind, key, sweep, stage, table, row, column_group, seed,
                    expected_seeds, config_hash, status, ...)
-    param.<x>      the flat parameters (method, schedule, t, beta, rho0, interpolate, dataset, ...,
-                   spec.epochs, spec.t, sampled.<dotted.key>)
+    param.<x>      the flat parameters under the config's dotted names (method.name, attack.schedule, attack.t,
+                   method.beta, method.interpolate, data.dataset, ..., resolved.precision, spec.epochs, spec.t,
+                   sampled.<dotted.key>); a run recorded with the names before issue 27 reads the same
     metric.<x>     the last value of every metric (test/<ckpt>/<attack>, time/total_hours, val/clean, ...)
     protocol.<ckpt>/<attack>   the protocol record of a test metric, as compact JSON text
 ``history``: long, one row per (run_id, key, step) of the per-epoch metrics: run_id, key, step, value.
@@ -25,6 +27,7 @@ import math
 import os
 import re
 from pathlib import Path
+from types import MappingProxyType
 from typing import Iterable
 
 import pandas as pd
@@ -33,6 +36,20 @@ HISTORY_PREFIXES = ("train/", "val/", "sched/", "adv/", "perf/")
 FINAL_PREFIXES = ("test/", "time/")
 _MISSING_TEXT = {"None", "none", "null", "NaN", "nan", ""}
 _INT_TEXT = re.compile(r"^-?\d+$")
+# Tags that are display text, never typed: a schedule's short label is "none", a label may read "1.0".
+TEXT_TAGS = frozenset({"meta.method_label", "meta.schedule_label", "meta.schedule_title", "meta.schedule_row"})
+
+# Runs recorded before issue 27 name their parameters briefly; since then they carry the config's dotted names (the
+# names a spec and --set use). Old name -> new name, frozen: it describes stores that exist, never the code of today.
+# Teacher runs had dataset, split_seed and model too (now data.dataset, data.split_seed, model.name).
+LEGACY_PARAM_NAMES = MappingProxyType({
+    "method": "method.name", "schedule": "attack.schedule", "t": "attack.t", "gamma": "attack.gamma",
+    "eps": "attack.eps", "rho0": "method.rho0", "rho_double_epoch": "method.rho_double_epoch",
+    "beta": "method.beta", "tau": "method.tau", "K": "method.K", "lambda": "method.lam",
+    "interpolate": "method.interpolate", "split_seed": "data.split_seed", "dataset": "data.dataset",
+    "model": "model.name", "precision": "system.precision", "epochs": "optim.epochs",
+    "swa_start": "optim.swa_start",
+})  # `seed` kept its name
 
 
 class SourceError(LookupError):
@@ -73,16 +90,37 @@ def typed(values: pd.Series) -> pd.Series:
     return pd.Series([None if v is None else str(v) for v in clean], index=values.index, dtype=object)
 
 
+def _text(values: pd.Series) -> pd.Series:
+    """A display-text column: strings as written ("none" stays "none"), only absent or empty values missing."""
+    return pd.Series([None if v is None or (isinstance(v, float) and math.isnan(v)) or v == "" else str(v)
+                      for v in values], index=values.index, dtype=object)
+
+
+def current_param_names(rec: dict) -> dict:
+    """A run record with every parameter under today's name: a ``param.<old>`` of `LEGACY_PARAM_NAMES` becomes
+    ``param.<new>`` unless the record has the new one already (a record of today is returned as it is)."""
+    old = [k for k in LEGACY_PARAM_NAMES if f"param.{k}" in rec and f"param.{LEGACY_PARAM_NAMES[k]}" not in rec]
+    if not old:
+        return rec
+    out = {k: v for k, v in rec.items() if not (k.startswith("param.") and k[6:] in old)}
+    out.update({f"param.{LEGACY_PARAM_NAMES[k]}": rec[f"param.{k}"] for k in old})
+    return out
+
+
 def runs_frame(records: list[dict]) -> pd.DataFrame:
-    """Records of one run each -> the typed ``runs`` frame (columns sorted by family)."""
+    """Records of one run each -> the typed ``runs`` frame (columns sorted by family), every parameter under
+    today's name (`current_param_names`)."""
     if not records:
         return pd.DataFrame(columns=["run_id", "experiment", "source"])
+    records = [current_param_names(r) for r in records]
     records = [{**r, **legacy_spec_params(r)} if _lacks_spec_params(r) else r for r in records]
     names = list(dict.fromkeys(k for r in records for k in r))
     # object columns first: letting pandas infer would turn Ray's [70, None] into floats before `typed`
     df = pd.DataFrame({k: pd.Series([r.get(k) for r in records], dtype=object) for k in names})
     for col in df.columns:
-        if col.startswith(("meta.", "param.")):
+        if col in TEXT_TAGS:
+            df[col] = _text(df[col])
+        elif col.startswith(("meta.", "param.")):
             df[col] = typed(df[col])
         elif col.startswith(("metric.", "start_time")):
             df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
@@ -104,6 +142,7 @@ def _lacks_spec_params(rec: dict) -> bool:
 def legacy_spec_params(rec: dict) -> dict:
     """``param.spec.epochs`` and ``param.spec.t`` of a trial run logged without them (by the code before the
     run record, or in a stage a resumed sweep had built before): the one place analysis derives parameters.
+    Reads today's parameter names (`current_param_names` runs first).
 
     Inferred as the tables did before those runs logged what their spec said: a run of another length than
     the paper's (`analysis.specs.paper_epochs`) whose t is the rescaled value (``ssat.config.scale_epochs``)
@@ -111,7 +150,8 @@ def legacy_spec_params(rec: dict) -> dict:
     """
     from .specs import paper_epochs
 
-    t, epochs = (None if _missing(rec.get(f"param.{k}")) else int(rec[f"param.{k}"]) for k in ("t", "epochs"))
+    t, epochs = (None if _missing(rec.get(f"param.{k}")) else int(rec[f"param.{k}"])
+                 for k in ("attack.t", "optim.epochs"))
     base = paper_epochs(rec)
     if t is not None and epochs is not None and epochs != base:
         found = [c for c in PAPER_T if max(1, math.floor(c * epochs / base + 0.5)) == t]
@@ -129,10 +169,45 @@ def history_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 # ---- MLflow ----------------------------------------------------------------------------------
+def local_store_path(uri: str) -> Path | None:
+    """The file (SQLite) or folder (file store) a local tracking URI names; None for a server or an in-memory db."""
+    from urllib.parse import unquote, urlparse
+
+    if uri.startswith("sqlite:"):
+        from sqlalchemy.engine import make_url  # MLflow's own dependency, as its SQLite store parses the URI
+
+        db = make_url(uri).database
+        return None if not db or db == ":memory:" else Path(db)
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    return Path(uri) if not parsed.scheme and not uri.startswith("databricks") else None  # a bare path: a file store
+
+
+def resolve_tracking_uri(tracking_uri: str | None) -> str:
+    """The store analysis reads: `tracking_uri`, else $MLFLOW_TRACKING_URI, else MLflow's default (``./mlflow.db``,
+    or ``./mlruns`` when that holds runs). The one place analysis resolves it.
+
+    A local store that does not exist is an error naming it: MLflow's client would create it (an empty
+    ``./mlflow.db`` wherever a command was run without --tracking-uri), and analysis only reads."""
+    import mlflow  # imported here: the tables work on frames without MLflow
+
+    uri = tracking_uri or mlflow.get_tracking_uri()
+    path = local_store_path(uri)
+    if path is not None and not path.exists():
+        how = ("given" if tracking_uri else "from $MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI")
+               else "MLflow's default: neither --tracking-uri nor $MLFLOW_TRACKING_URI is set")
+        raise SourceError(f"no MLflow store at {str(path.resolve())!r} (tracking URI {uri!r}, {how}); analysis reads "
+                          "a store and never creates one. Make one by running a sweep (python -m sweeps run SPEC "
+                          "--workdir DIR writes DIR/mlflow.db), or pass the store a sweep wrote: --tracking-uri "
+                          "sqlite:///DIR/mlflow.db (or a server's http://HOST:PORT)")
+    return uri
+
+
 def _client(tracking_uri: str | None):
     from mlflow.tracking import MlflowClient  # imported here: the tables work on frames without MLflow
 
-    return MlflowClient(tracking_uri=tracking_uri)
+    return MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
 
 
 def _experiment_id(client, name: str) -> str:
@@ -317,4 +392,5 @@ def add_source_args(parser) -> None:
     parser.add_argument("--ray-results", action="append", default=[], metavar="DIR",
                         help="a Ray Tune results folder, read when no MLflow store is at hand; repeatable")
     parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's default)")
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's default "
+                             "./mlflow.db; a local store that does not exist is an error, never created)")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import collect
+from .markdown import md_align, md_row
 from .plots import config_labels, trial_runs
 
 LOSS_RATIO = 0.6
@@ -89,27 +90,25 @@ def to_markdown(frame: pd.DataFrame) -> str:
     lines = [f"**Convergence** (a run converges when its final training loss is <= {LOSS_RATIO:.0%} of epoch "
              f"1's and its validation clean and PGD-10 accuracies moved <= {STABLE_POINTS:g} points over the "
              f"last two epochs; 'not training': the final loss is >= {NOT_TRAINING_RATIO:.0%} of epoch 1's)",
-             "", "| row | verdict | seeds | what failed |", "|:-|:-|-:|:-|"]
-    lines += [f"| {_md(r.row)} | {r.verdict} | {r.seeds} | {r.why or '-'} |" for r in v.itertuples()]
-    lines += ["", "| row | seed | epochs | loss epoch 1 | loss final | ratio | val clean | moved | val PGD-10 | moved |",
-              "|:-|-:|-:|-:|-:|-:|-:|-:|-:|-:|"]
+             "", md_row(["row", "verdict", "seeds", "what failed"]), md_align([":-", ":-", "-:", ":-"])]
+    lines += [md_row([r.row, r.verdict, r.seeds, r.why or "-"]) for r in v.itertuples()]
+    lines += ["", md_row(["row", "seed", "epochs", "loss epoch 1", "loss final", "ratio", "val clean", "moved",
+                          "val PGD-10", "moved"]), md_align([":-"] + ["-:"] * 9)]
     for r in frame.itertuples():
         nums = [r.loss_first, r.loss_final, r.loss_ratio, r.clean_final, r.clean_move, r.pgd10_final,
                 r.pgd10_move]
         text = ["-" if pd.isna(x) else f"{x:.3f}" if i < 3 else f"{x:.1f}" for i, x in enumerate(nums)]
-        lines.append(f"| {_md(r.row)} | {r.seed} | {r.epochs} | " + " | ".join(text) + " |")
+        lines.append(md_row([r.row, r.seed, r.epochs, *text]))
     return "\n".join(lines) + "\n"
-
-
-def _md(text: str) -> str:
-    return str(text).replace("|", "\\|")
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m analysis.convergence", description=__doc__.split("\n\n")[0])
     ap.add_argument("--experiment", action="append", required=True, help="MLflow experiment (repeatable)")
     ap.add_argument("--stage", action="append", help="only trial runs of these stages (default: all)")
-    ap.add_argument("--tracking-uri", default=None)
+    ap.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's default ./mlflow.db; a "
+                         "local store that does not exist is an error, never created)")
     ap.add_argument("--out", help="write the Markdown here (else print it)")
     return ap
 

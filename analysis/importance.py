@@ -281,6 +281,7 @@ def plot_importance(table: pd.DataFrame, title: str, caption: str, out_png: Path
 def importance(experiment: str, tracking_uri: str | None = None, epoch: int | None = None,
                metric: str | None = None, mode: str | None = None, out_dir=None, log=print) -> Result:
     """Rebuild the search of `experiment` as an Optuna study, rank its parameters, write table and plot."""
+    tracking_uri = collect.resolve_tracking_uri(tracking_uri)  # the spec.json download reads the same store
     runs = collect.load_mlflow_runs([experiment], tracking_uri)
     trials = search_trials(runs, experiment)
     spec = sweep_spec(runs, trials, tracking_uri)
@@ -335,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--experiment", required=True, metavar="NAME", help="the MLflow experiment of the search")
     p.add_argument("--tracking-uri", default=None, metavar="URI",
-                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's default)")
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else MLflow's default ./mlflow.db; a "
+                        "local store that does not exist is an error, never created)")
     p.add_argument("--epoch", type=int, default=None, metavar="E",
                    help="compare every trial at this epoch (default: the largest epoch all trials reached)")
     p.add_argument("--metric", default=None, metavar="KEY", help=f"objective (default: the spec's metric, else {DEFAULT_METRIC})")

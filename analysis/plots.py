@@ -11,7 +11,8 @@ module changes nothing for its caller. `build_figure` returns the figure for ins
 
 Every figure states its data under it (`Figure.get_supxlabel()`): the experiment(s), the seeds and the
 protocol of the numbers drawn. Bars start at 0; a cell with one seed has no error bar; a cell without runs
-is written "n/a" where its bar would be.
+is written "n/a" where its bar would be. Legends of figures whose data fills the panel (curves, alpha) sit right
+of it, never over a curve.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def _run_seeds(runs: pd.DataFrame) -> list:
 
 def _val_protocol(runs: pd.DataFrame, keys) -> str:
     """Validation metrics of trial runs: the held-out split; val/pgd10 is PGD-10 at the run's eps."""
-    eps = sorted(set(runs.get("param.eps", pd.Series(dtype=float)).dropna().astype(float)))
+    eps = sorted(set(runs.get("param.attack.eps", pd.Series(dtype=float)).dropna().astype(float)))
     pgd = f" (PGD-10 at eps {', '.join(map(eps_text, eps)) or 'of the run'})" if "val/pgd10" in keys else ""
     return f"protocol: validation split, {', '.join(keys)}{pgd}, trial runs"
 
@@ -153,22 +154,40 @@ def pareto_figure(df_runs: pd.DataFrame, x: str = "val/clean", y: str = "val/pgd
     missing = [c for c in cols if c not in runs]
     if missing:
         raise ValueError(f"pareto: no run has {', '.join(c[7:] for c in missing)}")
-    pts = runs[cols].dropna().to_numpy(dtype=float)
+    drawn = runs.dropna(subset=cols)
+    pts = drawn[cols].to_numpy(dtype=float)
     if not len(pts):
         raise ValueError(f"pareto: no trial has both {x} and {y}")
-    front = pts[pareto_mask(pts[:, 0], pts[:, 1])]
-    front = front[np.argsort(front[:, 0])]
+    on_front = pareto_mask(pts[:, 0], pts[:, 1])
+    order = np.argsort(pts[on_front, 0], kind="stable")
+    front, names = pts[on_front][order], [point_label(r) for r in drawn[on_front].to_dict("records")]
     fig = _figure("pareto")
     ax = fig.subplots()
     ax.scatter(pts[:, 0], pts[:, 1], s=18, alpha=0.6, label=f"trials ({len(pts)})")
     ax.plot(front[:, 0], front[:, 1], "-o", color="C3", label=f"Pareto front ({len(front)})")
+    mid = (pts[:, 0].min() + pts[:, 0].max()) / 2
+    for (px, py), name in zip(front, [names[i] for i in order]):  # each point of the front says which row it is
+        right = px <= mid  # the label on the side with room: left of a point in the right half
+        ax.annotate(name, (px, py), xytext=(4 if right else -4, 4), textcoords="offset points", fontsize="x-small",
+                    color="C3", ha="left" if right else "right", va="bottom")
     ax.set(xlabel=f"{x} (%)", ylabel=f"{y} (%)", title="Clean versus robust accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
-    drawn = runs.dropna(subset=cols)
     _state(fig, data_statement(drawn["experiment"], _run_seeds(drawn), [1] * len(drawn), "point",
                                _val_protocol(drawn, (x, y)) + " (last reported epoch)"))
     return fig
+
+
+def point_label(run: dict) -> str:
+    """What a point of the front is: its row (``ssat.row``), else the values a search sampled
+    (``sampled.<dotted.key>``, by their last name, 3 significant digits), else the run's name."""
+    row = value(run, "meta.row")
+    if row:
+        return str(row)
+    sampled = [(k[len("param.sampled."):].rsplit(".", 1)[-1], value(run, k)) for k in sorted(run)
+               if k.startswith("param.sampled.")]
+    text = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sampled if v is not None)
+    return textwrap.fill(text, 28) if text else str(value(run, "run_name") or run["run_id"])
 
 
 def trial_runs(df_runs: pd.DataFrame, stages=None) -> pd.DataFrame:
@@ -222,20 +241,51 @@ def _history_statement(df_runs: pd.DataFrame, configs: dict[str, list], what) ->
 
 
 def swa_start(runs: pd.DataFrame) -> int | None:
-    """The epoch after which all these runs validate averaged weights (param swa_start), if they share one."""
-    starts = {str(param(r, "swa_start")) for r in runs.to_dict("records")}
+    """The epoch after which all these runs validate averaged weights (param optim.swa_start), if they share one."""
+    starts = {str(param(r, "optim.swa_start")) for r in runs.to_dict("records")}
     start = starts.pop() if len(starts) == 1 else None
     return int(start) if start is not None and start.isdigit() else None
+
+
+LOWER_PANELS = ("train/loss", "sched/eps_max", "sched/rho", "sched/lr")  # under the accuracies, in this order
+
+
+def outside_legend(ax, **kwargs):
+    """The legend of `ax` right of its data area, never over a curve (the constrained layout makes room)."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="x-small", **kwargs)
+
+
+def constant_panels(df_hist: pd.DataFrame, configs: dict[str, list], keys) -> tuple[list[str], list[str]]:
+    """(keys to draw, what the others were): a panel whose every configuration's series is one value at every epoch
+    (the demo's rho) shows a flat line and nothing else: it is left out, its value said under the figure. So is a
+    key no configuration logged."""
+    drawn, notes = [], []
+    for key in keys:
+        series = [m for m in (_seed_stats(df_hist, ids, key)["mean"].dropna() for ids in configs.values()) if len(m)]
+        if not series:
+            notes.append(f"{key} (not logged)")
+        elif all(np.isclose(m.min(), m.max(), rtol=1e-9, atol=1e-12) for m in series):
+            values = sorted({float(f"{m.iloc[0]:.6g}") for m in series})
+            notes.append(f"{key} = {' or '.join(f'{v:g}' for v in values)} at every epoch"
+                         + (" (per configuration)" if len(values) > 1 else ""))
+        else:
+            drawn.append(key)
+    return drawn, notes
 
 
 def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_) -> Figure:
     """val/clean and val/pgd10 per epoch (mean +- std over seeds), with a dotted line where validation switches
     to averaged weights (SWA); the training loss (the method's objective), eps_max, rho and lr below: a
-    configuration that does not train shows it here."""
+    configuration that does not train shows it here. A lower panel that would be flat in every configuration is
+    left out, its value said under the figure; the legend is right of the curves."""
+    from matplotlib.lines import Line2D
+
     configs = _configs(df_runs, df_hist, "val/pgd10", stages)
     starts = {swa_start(df_runs[df_runs["run_id"].isin(ids)]) for ids in configs.values()} - {None}
+    lower, constant = constant_panels(df_hist, configs, LOWER_PANELS)
     fig = _figure("curves")
-    axes = fig.subplots(5, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.5, 1, 1, 1]})
+    ratios = [3] + [1.5 if k == "train/loss" else 1 for k in lower]
+    axes = fig.subplots(len(ratios), 1, sharex=True, squeeze=False, gridspec_kw={"height_ratios": ratios})[:, 0]
     for i, (label, ids) in enumerate(configs.items()):
         for key, style in (("val/clean", "--"), ("val/pgd10", "-")):
             s = _seed_stats(df_hist, ids, key)
@@ -243,24 +293,28 @@ def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_
             if len(ids) >= 2:  # one seed has no spread to show
                 axes[0].fill_between(s.index, s["mean"] - s["std"], s["mean"] + s["std"], color=f"C{i}",
                                      alpha=0.15)
-        for ax, key in zip(axes[1:], ("train/loss", "sched/eps_max", "sched/rho", "sched/lr")):
+        for ax, key in zip(axes[1:], lower):
             s = _seed_stats(df_hist, ids, key)
             ax.plot(s.index, s["mean"], color=f"C{i}")
             ax.set_ylabel(key.split("/")[1])
-    for start in sorted(starts):  # validation of the epochs after `start` is the averaged model's
-        axes[0].axvline(start + 0.5, color="0.4", ls=":", lw=1, label=f"SWA from epoch {start + 1}")
+    swa = [axes[0].axvline(start + 0.5, color="0.4", ls=":", lw=1, label=f"SWA from epoch {start + 1}")
+           for start in sorted(starts)]  # validation of the epochs after `start` is the averaged model's
     axes[0].set(ylabel="validation accuracy (%)", title="Learning curves (mean +- std over seeds)")
-    axes[0].legend(fontsize="x-small", ncol=2)
+    # one entry per configuration (its colour) and per metric (its line style), not one per curve
+    handles = [Line2D([], [], color=f"C{i}", label=label) for i, label in enumerate(configs)]
+    handles += [Line2D([], [], color="0.3", ls=ls, label=key) for key, ls in (("val/clean", "--"), ("val/pgd10", "-"))]
+    outside_legend(axes[0], handles=handles + swa)
     axes[-1].set_xlabel("epoch")
-    _state(fig, _history_statement(df_runs, configs,
-                                   lambda runs: _val_protocol(runs, ("val/clean", "val/pgd10")) + ", per epoch"))
+    left_out = f"; panels left out: {', '.join(constant)}" if constant else ""
+    _state(fig, _history_statement(df_runs, configs, lambda runs: _val_protocol(runs, ("val/clean", "val/pgd10"))
+                                   + ", per epoch" + left_out))
     return fig
 
 
 def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_) -> Figure:
     """Per configuration: shares of alpha_hat at 2^-K, between, and at 1 per epoch, and its mean.
     Configurations with interpolation come first: without it alpha_hat is 1 by construction."""
-    interp = df_runs.get("param.interpolate", pd.Series(False, index=df_runs.index)).eq(True).fillna(False)
+    interp = df_runs.get("param.method.interpolate", pd.Series(False, index=df_runs.index)).eq(True).fillna(False)
     runs = df_runs[interp] if interp.any() else df_runs
     configs = dict(list(_configs(runs, df_hist, "adv/alpha_mean", stages).items())[:4])
     fig = _figure("alpha")
@@ -276,7 +330,7 @@ def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_)
         ax.set_title(label.replace(" ", "\n"), fontsize="small")
         ax.set(xlabel="epoch", ylim=(0, 1))
     axes[0].set_ylabel("share of samples / mean alpha")
-    axes[0].legend(fontsize="x-small", loc="lower left")
+    outside_legend(axes[-1])  # the shares fill each panel from 0 to 1: no corner is free of data
     _state(fig, _history_statement(df_runs, configs, lambda _: "alpha_hat of the training batches' adversarial "
                                    "examples (adv/alpha_*), per epoch, trial runs"))
     return fig
@@ -339,9 +393,11 @@ FIGURES: dict[str, FigureKind] = {
     "rho": FigureKind(rho_figure, (12, 4), "Fig. 5: the same against the initial rho, one series per setting "
                       "(beta 0.4 / 1 x Const / Curious)", table_options=True),
     "pareto": FigureKind(pareto_figure, (6, 5), "the clean-versus-robust front of a search: every trial "
-                         "(validation metrics, never the test set) and the non-dominated ones joined"),
+                         "(validation metrics, never the test set) and the non-dominated ones joined, each labelled "
+                         "with its row (a search trial: what it sampled)"),
     "curves": FigureKind(curves_figure, (9, 9), "learning curves, mean +- std over seeds per configuration, "
-                         "with eps_max, rho and lr under them", history=True),
+                         "with the training loss, eps_max, rho and lr under them (a panel flat in every "
+                         "configuration is left out and its value said under the figure)", history=True),
     "alpha": FigureKind(alpha_figure, (12, 4), "alpha_hat per epoch: the shares at 2^-K, between and at 1, "
                         "and its mean", history=True),
     "ablation": FigureKind(ablation_figure, (12, 4), "Table 2 as bars, one panel per metric, error bars = std "

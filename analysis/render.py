@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .cells import MARKS, TableResult
+from .markdown import md_align, md_row
 from .paper import group_title
 
 FORMATS = ("md", "latex", "csv")
@@ -112,9 +113,6 @@ def _title(result: TableResult) -> str:
 
 
 # ---- Markdown --------------------------------------------------------------------------------
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
 
 def _md_cell(text: Text) -> str:
     return MD_EMPHASIS[text.emphasis].format(text.head) + text.tail
@@ -125,9 +123,9 @@ def to_markdown(result: TableResult) -> str:
     lines = [f"**{_title(result)}**", ""]
     for group in result.groups:
         head = _header(result)
-        lines += [f"*{group_title(group)}*", "", _md_row(head), "|" + "|".join(":-:" for _ in head) + "|"]
+        lines += [f"*{group_title(group)}*", "", md_row(head), md_align(":-:" for _ in head)]
         for block in _grid(result, group):
-            lines += [_md_row([_md_cell(t) for t in r]) for r in block]
+            lines += [md_row([_md_cell(t) for t in r]) for r in block]
         lines.append("")
     lines += [f"- {n}" for n in result.notes]
     return "\n".join(lines) + "\n"

@@ -3,9 +3,14 @@
 (A table spec, not a sweep spec: the YAML sweep specs are `sweeps.spec.Spec`.)
 
 How a run finds its row: rows are keyed on the run's **parameters** (docs/tracking.md), never on the
-free-text ``ssat.row`` tag. The params are typed and validated by ``ssat.config`` (``schedule`` in
-const/linear/curious, ``interpolate`` a boolean, ``method`` a registry key), so a row label is derived the
-same way for every sweep, and a run tagged with a typo cannot land in the wrong row. For the ablation
+free-text ``ssat.row`` tag. The params are typed and validated by ``ssat.config`` (``attack.schedule`` and
+``method.name`` registry keys, ``method.interpolate`` a boolean), so a row label is derived the same way for
+every sweep, and a run tagged with a typo cannot land in the wrong row. What a row *reads* comes from the run
+record too: the labels of its method and schedule are tags the registry entries wrote (``ssat.method_label``,
+``ssat.schedule_label``, ``ssat.schedule_title``, ``ssat.schedule_row``), so a method or schedule added to
+``ssat/methods.py`` or ``ssat/schedules.py`` gets its rows with no change here. Runs recorded before issue 27 have
+no such tags: `LEGACY_METHOD_LABELS` and `LEGACY_SCHEDULE_LABELS` (frozen) give the labels of the methods and
+schedules there were; a run with neither is an error (`LabelError`), never a silently missing row. For the ablation
 tables (Tables 2 and 4) the row is (global epsilon schedule family, interpolation): ``none|no-int``,
 ``Lin.|no-int``, ``Cur.|no-int``, ``none|int``, ``Lin.|int``, ``Cur.|int`` - the paper's "Lin." is
 Linear-60 and "Cur." Curious-(1.25,70), but a shortened run (e.g. the MNIST-5k demo) scales ``t``, so
@@ -16,11 +21,14 @@ is the Linear-60 row; a spec of another length says what it ran: ``Linear-4/6ep`
 
 Which runs a table reads is decided by the ``ssat.table`` tag (the sweep spec's declaration; see
 `analysis.cells.select_runs`), and by the population each ``row_of`` accepts (e.g. the ablation is
-``method == ssat-mbi``).
+``method.name == ssat-mbi``). Parameters are read under today's names (``analysis.collect`` renames those of
+older runs).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from string import Formatter
+from types import MappingProxyType
 from typing import Callable, Mapping
 
 import pandas as pd
@@ -79,7 +87,7 @@ def param(run: Mapping, name: str):
 
 def dataset_of(run: Mapping) -> str | None:
     """The run's dataset: its param, else the teacher's ``ssat.dataset`` tag, else the group prefix."""
-    ds = param(run, "dataset") or value(run, "meta.dataset")
+    ds = param(run, "data.dataset") or value(run, "meta.dataset")
     group = value(run, "meta.column_group")
     return ds or (str(group).split("/")[0] if group else None)
 
@@ -89,7 +97,7 @@ def dataset_group(run: Mapping) -> str | None:
     group = value(run, "meta.column_group")
     if group:
         return str(group)
-    ds, model = param(run, "dataset"), param(run, "model")
+    ds, model = param(run, "data.dataset"), param(run, "model.name")
     if ds and model:
         return f"{ds}/{model}"
     return dataset_of(run)
@@ -99,13 +107,69 @@ def _num(x) -> str:
     return f"{float(x):g}"
 
 
-# ---- row keys --------------------------------------------------------------------------------
-METHOD_ROWS = {"uat++": "UAT++", "rst": "RST", "ssat-mbi": "SSAT-MBI", "srst-awr": "SRST-AWR",
-               "ssat-mbi-awr": "SSAT-MBI-AWR"}
-GLOBAL_LABELS = {"const": "none", "linear": "Lin.", "curious": "Cur."}
+# ---- labels: from the run record, else the frozen map of runs recorded before issue 27 -------------------
+class LabelError(ValueError):
+    """A run whose method or schedule has no label to show: no label tag and not in the legacy map."""
+
+
+# The labels of runs recorded before issue 27, which carry no label tags: the methods' and schedules' labels
+# as the tables printed them then (the registry entries' labels since). Frozen: never extend it for a new method
+# or schedule - give its registry entry a label, and its runs record it.
+LEGACY_METHOD_LABELS = MappingProxyType({
+    "ssat-mbi": "SSAT-MBI", "rst": "RST", "uat++": "UAT++", "trades": "TRADES", "srst-awr": "SRST-AWR",
+    "ssat-mbi-awr": "SSAT-MBI-AWR"})
+LEGACY_SCHEDULE_LABELS = MappingProxyType({   # name -> {tag field: label}
+    "const": MappingProxyType({"label": "none", "title": "Const", "row": "Const"}),
+    "linear": MappingProxyType({"label": "Lin.", "title": "Linear", "row": "Linear-{t}"}),
+    "curious": MappingProxyType({"label": "Cur.", "title": "Curious", "row": "Curious-({gamma},{t})"})})
 STANDARD_ROW = "standard training"
 
 
+def run_name(run: Mapping) -> str:
+    """How an error names a run: its name, experiment and id."""
+    name, rid, exp = value(run, "run_name"), value(run, "run_id"), value(run, "experiment")
+    where = ", ".join(x for x in (f"experiment {exp!r}" if exp else "", f"id {rid}" if rid else "") if x)
+    return f"{name or rid or '(unnamed)'!r}" + (f" ({where})" if where else "")
+
+
+def _missing_label(run: Mapping, what: str, name, tag: str, registry: str, known) -> LabelError:
+    return LabelError(f"run {run_name(run)}: {what} {name!r} has no label: its run record has no {tag} tag, and it "
+                      f"is none of the {what}s recorded before issue 27 ({', '.join(known)}). Give its entry in "
+                      f"{registry} a label; the runs it trains record it")
+
+
+def method_label(run: Mapping) -> str:
+    """The method's row label (Tables 1, 5, 6): the ``ssat.method_label`` tag, else `LEGACY_METHOD_LABELS`."""
+    tag = value(run, "meta.method_label")
+    if tag is not None:
+        return str(tag)
+    name = param(run, "method.name")
+    if name in LEGACY_METHOD_LABELS:
+        return LEGACY_METHOD_LABELS[name]
+    raise _missing_label(run, "method", name, "ssat.method_label", "ssat/methods.py", LEGACY_METHOD_LABELS)
+
+
+def _schedule(run: Mapping, field: str) -> str:
+    tag = value(run, f"meta.schedule_{field}")
+    if tag is not None:
+        return str(tag)
+    name = param(run, "attack.schedule")
+    if name in LEGACY_SCHEDULE_LABELS:
+        return LEGACY_SCHEDULE_LABELS[name][field]
+    raise _missing_label(run, "schedule", name, f"ssat.schedule_{field}", "ssat/schedules.py", LEGACY_SCHEDULE_LABELS)
+
+
+def schedule_short(run: Mapping) -> str:
+    """The schedule's label in the ablation tables' Glo. column: 'none' (no schedule), 'Lin.', 'Cur.'."""
+    return _schedule(run, "label")
+
+
+def schedule_title(run: Mapping) -> str:
+    """The schedule's name: 'Const', 'Linear', 'Curious' (Fig. 5's settings)."""
+    return _schedule(run, "title")
+
+
+# ---- row keys --------------------------------------------------------------------------------
 def is_teacher(run: Mapping) -> bool:
     return value(run, "meta.kind") == "teacher"
 
@@ -115,90 +179,102 @@ def is_standard(run: Mapping) -> bool:
     schedule const, no interpolation). `analysis.cells.select_runs` puts it in the table's standard_row, never in
     a method's row (in Table 2 it would pass for 'none|no-int'). Runs logged without the param count as
     adversarial."""
-    lam = param(run, "lambda")
+    lam = param(run, "method.lam")
     return lam is not None and float(lam) == 0.0
 
 
 def main_row(run: Mapping) -> str | None:
-    """Table 1: the method; the teacher run is the FixMatch row."""
-    return "FixMatch" if is_teacher(run) else METHOD_ROWS.get(param(run, "method"))
+    """Table 1: the method's label; the teacher run is the FixMatch row."""
+    return "FixMatch" if is_teacher(run) else method_label(run)
 
 
 def method_row(run: Mapping) -> str | None:
-    """Training-time table: the method (teachers have no row)."""
-    return None if is_teacher(run) else METHOD_ROWS.get(param(run, "method"))
+    """Training-time table: the method's label (teachers have no row)."""
+    return None if is_teacher(run) else method_label(run)
 
 
 def ablation_row(run: Mapping, method: str) -> str | None:
-    """Tables 2/4: '<schedule family>|<int or no-int>' for runs of `method`."""
-    if is_teacher(run) or param(run, "method") != method:
+    """Tables 2/4: '<schedule label>|<int or no-int>' for runs of `method`."""
+    if is_teacher(run) or param(run, "method.name") != method:
         return None
-    glo, interp = GLOBAL_LABELS.get(param(run, "schedule")), param(run, "interpolate")
-    if glo is None or interp is None:
+    interp = param(run, "method.interpolate")
+    if interp is None:
         return None
-    return f"{glo}|{'int' if bool(interp) else 'no-int'}"
+    return f"{schedule_short(run)}|{'int' if bool(interp) else 'no-int'}"
 
 
 def paper_epochs(run: Mapping) -> int:
     """The paper's training length for the run's method and dataset (appendix A.3)."""
-    if param(run, "method") in ("srst-awr", "ssat-mbi-awr"):
-        return 120 if param(run, "method") == "ssat-mbi-awr" and dataset_of(run) != "cifar100" else 200
+    method = param(run, "method.name")
+    if method in ("srst-awr", "ssat-mbi-awr"):
+        return 120 if method == "ssat-mbi-awr" and dataset_of(run) != "cifar100" else 200
     return 100
 
 
 def schedule_label(run: Mapping) -> str | None:
-    """Table 3's row name: Const, Linear-t, Curious-(gamma,t), with the t of the run's spec (before
-    ``--epochs`` rescaled it); 't/<epochs>ep' when the spec's run is not of the paper's length."""
-    sched, t, epochs = param(run, "schedule"), param(run, "spec.t"), param(run, "spec.epochs")
-    if sched == "const":
-        return "Const"
-    if t is None:
-        return None
-    t, epochs = int(t), None if epochs is None else int(epochs)
-    t_text = str(t) if epochs == paper_epochs(run) else f"{t}/{epochs}ep"
-    if sched == "linear":
-        return f"Linear-{t_text}"
-    if sched == "curious":
-        return f"Curious-({_num(param(run, 'gamma'))},{t_text})"
-    return None
+    """Table 3's row name: the schedule's row format (``ssat.schedule_row``: Const, Linear-{t},
+    Curious-({gamma},{t})) with the t of the run's spec (before ``--epochs`` rescaled it), written
+    't/<epochs>ep' when the spec's run is not of the paper's length, and gamma as '%g'."""
+    fmt = _schedule(run, "row")
+    fields = {f for _, f, _, _ in Formatter().parse(fmt) if f is not None}
+    unknown = fields - {"t", "gamma"}
+    if unknown:
+        raise LabelError(f"run {run_name(run)}: schedule row format {fmt!r} has {{{sorted(unknown)[0]}}}; "
+                         "it may hold {t} and {gamma} only")
+    values = {}
+    if "t" in fields:
+        t, epochs = param(run, "spec.t"), param(run, "spec.epochs")
+        if t is None:
+            return None
+        t, epochs = int(t), None if epochs is None else int(epochs)
+        values["t"] = str(t) if epochs == paper_epochs(run) else f"{t}/{epochs}ep"
+    if "gamma" in fields:
+        gamma = param(run, "attack.gamma")
+        if gamma is None:
+            return None
+        values["gamma"] = _num(gamma)
+    return fmt.format(**values)
 
 
 def schedules_row(run: Mapping) -> str | None:
     """Table 3: SSAT-MBI runs with interpolation on, by schedule."""
-    if is_teacher(run) or param(run, "method") != "ssat-mbi" or param(run, "interpolate") is not True:
+    if is_teacher(run) or param(run, "method.name") != "ssat-mbi" or param(run, "method.interpolate") is not True:
         return None
     return schedule_label(run)
 
 
 def supervised_row(run: Mapping) -> str | None:
-    """Table 6: TRADES alone, or TRADES with interpolation and Curious ('TRADES+Ours')."""
-    if param(run, "method") != "trades":
+    """Table 6: TRADES alone, or TRADES with interpolation and Curious ('TRADES+Ours'); any other combination
+    says what it ran: 'TRADES (Lin.|no-int)'."""
+    if param(run, "method.name") != "trades":
         return None
-    interp, sched = bool(param(run, "interpolate")), param(run, "schedule")
+    interp, sched = bool(param(run, "method.interpolate")), param(run, "attack.schedule")
     if not interp and sched == "const":
         return "TRADES"
     if interp and sched == "curious":
         return "TRADES+Ours"
-    return f"TRADES ({GLOBAL_LABELS.get(sched, sched)}|{'int' if interp else 'no-int'})"
+    return f"{method_label(run)} ({schedule_short(run)}|{'int' if interp else 'no-int'})"
 
 
 def sweep_row(name: str) -> Callable[[Mapping], str | None]:
-    """Figs. 4-5 as tables: SSAT-MBI runs, one row per value of the swept parameter `name`."""
+    """Figs. 4-5 as tables: SSAT-MBI runs, one row per value of the swept parameter `name` (its dotted name, shown
+    without its section: 'beta=0.4')."""
+    short = name.rsplit(".", 1)[-1]
+
     def row(run: Mapping) -> str | None:
         v = param(run, name)
-        if is_teacher(run) or param(run, "method") != "ssat-mbi" or v is None:
+        if is_teacher(run) or param(run, "method.name") != "ssat-mbi" or v is None:
             return None
-        return f"{name}={_num(v)}"
+        return f"{short}={_num(v)}"
     return row
 
 
 def rho_group(run: Mapping) -> str | None:
     """Fig. 5's four settings: beta in {0.4, 1} x (Const | Curious), per dataset group."""
-    beta, sched = param(run, "beta"), param(run, "schedule")
+    beta, sched = param(run, "method.beta"), param(run, "attack.schedule")
     if beta is None or sched is None:
         return None
-    name = {"const": "Const", "curious": "Curious", "linear": "Linear"}.get(sched, str(sched))
-    return f"{dataset_group(run)} beta={_num(beta)}, {name}"
+    return f"{dataset_group(run)} beta={_num(beta)}, {schedule_title(run)}"
 
 
 def ablation_cells(row: str) -> tuple[str, str]:
@@ -206,7 +282,7 @@ def ablation_cells(row: str) -> tuple[str, str]:
     them ('standard training', '')."""
     if row == STANDARD_ROW:
         return row, ""
-    glo, interp = row.split("|", 1)
+    glo, interp = row.rsplit("|", 1)
     return ("✗" if glo == "none" else glo), ("✓" if interp == "int" else "✗")
 
 
@@ -242,11 +318,11 @@ SPECS: dict[str, TableSpec] = {s.name: s for s in (
     TableSpec("supervised", "Tables 6-7", "Performance with fully labeled data", ACC3, supervised_row,
               blocks=(("Customized AT", "MMA"), ("TRADES", "TRADES+FAT", "TRADES+DAAT", "TRADES+Ours")),
               baselines=(None, "TRADES"), emphasis="bold", unranked=frozenset({"Customized AT", "MMA"})),
-    TableSpec("beta-sensitivity", "Fig. 4", "SSAT-MBI with varying beta", ACC3, sweep_row("beta"),
+    TableSpec("beta-sensitivity", "Fig. 4", "SSAT-MBI with varying beta", ACC3, sweep_row("method.beta"),
               emphasis="bold", label_headers=("beta",), label_cells=lambda r: (r.split("=", 1)[1],),
               extra_rows_baseline="beta=0.4"),
     TableSpec("rho-sensitivity", "Fig. 5", "SSAT-MBI with varying initial rho (doubled at epoch 75 of 100)",
-              ACC3, sweep_row("rho0"), emphasis="bold", label_headers=("rho0",),
+              ACC3, sweep_row("method.rho0"), emphasis="bold", label_headers=("rho0",),
               label_cells=lambda r: (r.split("=", 1)[1],), group_of=rho_group, extra_rows_baseline="rho0=0.05"),
     TableSpec("training-time", "Table 5", "Average training time of the main-table runs (fp32 training)", TIME,
               method_row, blocks=(("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),

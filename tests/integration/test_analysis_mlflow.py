@@ -106,13 +106,27 @@ def main_trials(methods, sweep):
             for m in methods for seed, v in enumerate(MAIN[m])]
 
 
+# since issue 27: the config's dotted parameter names, and the labels of the method and schedule as tags
+NEW_NAMES = {"method": "method.name", "schedule": "attack.schedule", "t": "attack.t", "gamma": "attack.gamma",
+             "eps": "attack.eps", "rho0": "method.rho0", "rho_double_epoch": "method.rho_double_epoch",
+             "beta": "method.beta", "tau": "method.tau", "K": "method.K", "lambda": "method.lam",
+             "interpolate": "method.interpolate", "split_seed": "data.split_seed", "dataset": "data.dataset",
+             "model": "model.name", "precision": "system.precision", "epochs": "optim.epochs"}
+LABELS = {"const": ("none", "Const", "Const"), "linear": ("Lin.", "Linear", "Linear-{t}"),
+          "curious": ("Cur.", "Curious", "Curious-({gamma},{t})")}
+
+
 def logged_now(t, spec_epochs=100):
-    """A trial as the code since the run record logs it: its key among the tags, and the spec's run before
-    --epochs rescaled it (here a 100-epoch paper spec run for 10 epochs: t 6 and 7 were the paper's 60 and 70)."""
+    """A trial as today's code logs it: its key and labels among the tags, the dotted parameter names, and the spec's
+    run before --epochs rescaled it (here a 100-epoch paper spec run for 10 epochs: t 6 and 7 were the paper's 60 and
+    70)."""
     p, m = t["params"], t["meta"]
     spec_t = None if p["t"] is None else p["t"] * spec_epochs // p["epochs"]
-    return {**t, "meta": {**m, "key": f"{m['sweep']}-{m['config_hash']}-s{m['seed']}-{m['stage']}"},
-            "params": {**p, "spec.epochs": spec_epochs, "spec.t": spec_t}}
+    label, title, row = LABELS[p["schedule"]]
+    meta = {**m, "key": f"{m['sweep']}-{m['config_hash']}-s{m['seed']}-{m['stage']}", "method_label": "SSAT-MBI",
+            "schedule_label": label, "schedule_title": title, "schedule_row": row}
+    return {**t, "meta": meta, "params": {**{NEW_NAMES.get(k, k): v for k, v in p.items()}, "spec.epochs": spec_epochs,
+                                          "spec.t": spec_t}}
 
 
 def teacher_run():
@@ -306,12 +320,13 @@ def test_baselines_from_other_experiments(logged):
 
 
 def test_a_store_written_before_the_run_record_tabulates_as_one_written_now(logged):
-    """Runs without spec.* get them inferred (analysis.collect.legacy_spec_params): the same tables, byte for
-    byte, as the runs that log them."""
+    """Runs without spec.* get them inferred (analysis.collect.legacy_spec_params), their parameters read under
+    today's names and their labels from the frozen legacy map: the same tables, byte for byte, as the runs that log
+    spec.*, the dotted names and the label tags."""
     before = load_runs(["abl-demo"], tracking_uri=logged)
     now = load_runs(["abl-demo-now"], tracking_uri=logged)
     def spec(runs):  # without a t (Const) there is nothing to infer a length from: the run's own is taken
-        trials = runs[(runs["meta.kind"] == "trial") & runs["param.t"].notna()]
+        trials = runs[(runs["meta.kind"] == "trial") & runs["param.attack.t"].notna()]
         return {(r["meta.config_hash"], r["meta.seed"]): (int(r["param.spec.epochs"]), int(r["param.spec.t"]))
                 for _, r in trials.iterrows()}
     assert spec(before) == spec(now) and len(spec(now)) == 11 and set(spec(now).values()) == {(100, 60), (100, 70)}
@@ -365,8 +380,10 @@ def test_export_cli_parquet(logged, tmp_path):
     runs = pd.read_parquet(tmp_path / "abl-demo.runs.parquet")
     hist = pd.read_parquet(tmp_path / "abl-demo.history.parquet")
     assert len(runs) == 18  # the trials, not the sweep's parent run
-    assert pd.api.types.is_float_dtype(runs["param.eps"]) and pd.api.types.is_integer_dtype(runs["param.seed"])
-    assert pd.api.types.is_bool_dtype(runs["param.interpolate"]) and pd.api.types.is_float_dtype(runs["metric.test/best/clean"])
+    assert pd.api.types.is_float_dtype(runs["param.attack.eps"]) and pd.api.types.is_integer_dtype(runs["param.seed"])
+    assert pd.api.types.is_bool_dtype(runs["param.method.interpolate"])
+    assert pd.api.types.is_float_dtype(runs["metric.test/best/clean"])
+    assert "param.eps" not in runs and "param.interpolate" not in runs  # a store of before issue 27, today's names
     assert len(hist) == 18 * 10 * 8 and set(hist["step"]) == set(range(1, 11))
 
 

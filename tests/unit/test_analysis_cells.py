@@ -35,6 +35,17 @@ def proto(attack, eps=EPS, n=10000, subset="full", ckpt="best", precision="fp32"
 
 
 _counter = [0]
+# the registry entries' labels, as a run of today records them (ssat.method_label, ssat.schedule_*)
+METHOD_LABELS = {"ssat-mbi": "SSAT-MBI", "rst": "RST", "uat++": "UAT++", "trades": "TRADES", "srst-awr": "SRST-AWR",
+                 "ssat-mbi-awr": "SSAT-MBI-AWR"}
+SCHEDULE_LABELS = {"const": ("none", "Const", "Const"), "linear": ("Lin.", "Linear", "Linear-{t}"),
+                   "curious": ("Cur.", "Curious", "Curious-({gamma},{t})")}
+
+
+def labels(method, schedule):
+    label, title, row = SCHEDULE_LABELS[schedule]
+    return {"meta.method_label": METHOD_LABELS[method], "meta.schedule_label": label, "meta.schedule_title": title,
+            "meta.schedule_row": row}
 
 
 def run(metrics, *, table="ablation", seed=0, method="ssat-mbi", schedule="curious", interpolate=True, t=70,
@@ -48,10 +59,13 @@ def run(metrics, *, table="ablation", seed=0, method="ssat-mbi", schedule="curio
            "start_time": start_time if start_time is not None else _counter[0],
            "meta.kind": kind, "meta.table": table, "meta.stage": stage, "meta.seed": str(seed),
            "meta.expected_seeds": str(expected), "meta.config_hash": cfg[:40], "meta.status": status,
-           "param.method": method, "param.schedule": schedule, "param.t": str(t), "param.gamma": str(gamma),
-           "param.interpolate": str(interpolate), "param.beta": str(beta), "param.rho0": str(rho0),
-           "param.dataset": dataset, "param.model": model, "param.epochs": str(epochs),
-           "param.seed": str(seed), "param.precision": precision}
+           "param.method.name": method, "param.attack.schedule": schedule, "param.attack.t": str(t),
+           "param.attack.gamma": str(gamma), "param.method.interpolate": str(interpolate),
+           "param.method.beta": str(beta), "param.method.rho0": str(rho0), "param.data.dataset": dataset,
+           "param.model.name": model, "param.optim.epochs": str(epochs), "param.seed": str(seed),
+           "param.system.precision": precision, **labels(method, schedule)}
+    if kind == "teacher":
+        rec = {k: v for k, v in rec.items() if not k.startswith("meta.schedule_") and k != "meta.method_label"}
     eps = 0.3 if dataset.startswith("mnist") else EPS
     for attack, v in metrics.items():
         rec[f"metric.test/{ckpt}/{attack}"] = v
@@ -350,7 +364,7 @@ def test_training_time_cells_and_precision_filter():
 def test_standard_training_takes_no_time_cell():
     """Table 5 times the main-table runs: a lambda-0 run of ssat-mbi must not pass for SSAT-MBI's time."""
     recs = [run({}, table="main", seed=s, interpolate=False, extra={
-        "metric.time/total_hours": h, "metric.time/epochs": 100.0, "param.lambda": lam})
+        "metric.time/total_hours": h, "metric.time/epochs": 100.0, "param.method.lam": lam})
         for s, (h, lam) in enumerate([(5.0, "8.0"), (5.2, None), (1.0, "0.0")])]
     res = build_table(frame(*recs), "training-time")
     assert cell(res, "SSAT-MBI", "hours")["values"] == [5.0, 5.2]
@@ -446,7 +460,7 @@ def test_provenance_regenerates_the_same_table():
 def test_a_standard_training_run_joins_no_methods_row(table, kw):
     """lambda 0 is standard training (mnist5k-standard: ssat-mbi with lambda 0): it is nobody's cell, while the same
     run with lambda 8 is counted. Runs without the param (logged before it) still count. (Table 2: its own row.)"""
-    recs = [run({"clean": 90.0}, table=table, seed=s, extra={"param.lambda": lam}, **kw)
+    recs = [run({"clean": 90.0}, table=table, seed=s, extra={"param.method.lam": lam}, **kw)
             for s, lam in ((0, "8.0"), (1, "0.0"), (2, None))]
     cells = build_table(frame(*recs), table).cells
     cells = cells[(cells["column"] == "clean") & cells["n"].gt(0)]
@@ -457,9 +471,9 @@ def test_standard_training_is_its_own_unranked_row_of_the_ablation_table():
     """In Table 2 a lambda-0 run would pass for 'none|no-int' (const, no interpolation): it gets the 'standard
     training' row after the paper's rows, spanning Glo./Int., never bold, tested against the baseline row."""
     kw = {"schedule": "const", "interpolate": False, "dataset": "mnist5k", "model": "cnn-small"}
-    recs = [run({"clean": 95.0 + s, "pgd20": 0.5}, seed=s, expected=2, extra={"param.lambda": "0.0"}, **kw)
+    recs = [run({"clean": 95.0 + s, "pgd20": 0.5}, seed=s, expected=2, extra={"param.method.lam": "0.0"}, **kw)
             for s in (0, 1)]
-    recs += [run({"clean": 30.0 + s, "pgd20": 20.0 + s}, seed=s, expected=2, extra={"param.lambda": "8.0"}, **kw)
+    recs += [run({"clean": 30.0 + s, "pgd20": 20.0 + s}, seed=s, expected=2, extra={"param.method.lam": "8.0"}, **kw)
              for s in (0, 1)]
     res = build_table(frame(*recs), "ablation")
     assert res.blocks[-1][-1] == "standard training" and cell(res, "none|no-int", "clean")["n"] == 2
@@ -468,3 +482,29 @@ def test_standard_training_is_its_own_unranked_row_of_the_ablation_table():
     assert "| standard training |  | 95.50 (0.71)" in md  # highest clean, not bold: unranked
     assert "| ✗ | ✗ | **30.50** (0.71) |" in md  # the best ranked row
     assert "standard training = " not in md  # no schedule to state for it
+
+
+def test_every_file_a_table_writes_ends_with_one_newline(tmp_path):
+    from analysis.tables import write_table
+    paths = write_table(_small(), "ablation", tmp_path / "t")
+    for kind, path in paths.items():
+        text = path.read_bytes()
+        assert text.endswith(b"\n") and not text.endswith(b"\n\n"), (kind, text[-40:])
+    assert paths["latex"].read_text().endswith("\\end{table}\n")
+
+
+def test_training_time_compares_the_precision_a_run_trained_in():
+    """resolved.precision (what the run trained in, e.g. bf16 for system.precision auto on a GPU) decides; a run
+    logged without it is judged by system.precision."""
+    def timed(seed, hours, precision, resolved=None):
+        extra = {"metric.time/total_hours": hours, "metric.time/epochs": 100.0}
+        if resolved is not None:
+            extra["param.resolved.precision"] = resolved
+        return run({}, table="main", seed=seed, interpolate=False, precision=precision, extra=extra)
+    recs = [timed(0, 5.0, "auto", "fp32"), timed(1, 5.2, "fp32"), timed(2, 2.0, "auto", "bf16"), timed(3, 9.0, "auto"),
+            timed(4, 1.0, "fp32", "bf16")]
+    res = build_table(frame(*recs), "training-time")
+    assert cell(res, "SSAT-MBI", "hours")["values"] == [5.0, 5.2]
+    reasons = res.excluded.groupby("run_id")["reason"].first()
+    assert reasons[recs[2]["run_id"]] == reasons[recs[4]["run_id"]] == "training precision 'bf16', table needs 'fp32'"
+    assert reasons[recs[3]["run_id"]] == "training precision 'auto', table needs 'fp32'"

@@ -24,13 +24,25 @@ def proto(attack):
     return json.dumps(rec)
 
 
+# the registry entries' labels, as a run of today records them (ssat.schedule_label, _title, _row)
+SCHEDULE_LABELS = {"const": ("none", "Const", "Const"), "linear": ("Lin.", "Linear", "Linear-{t}"),
+                   "curious": ("Cur.", "Curious", "Curious-({gamma},{t})")}
+# short keyword -> the run record's parameter name
+NAMES = {"schedule": "attack.schedule", "t": "attack.t", "gamma": "attack.gamma", "interpolate": "method.interpolate",
+         "beta": "method.beta", "rho0": "method.rho0", "lambda": "method.lam", "dataset": "data.dataset",
+         "model": "model.name"}
+
+
 def trial(i, table, seed, **params):
-    p = {"method": "ssat-mbi", "schedule": "const", "interpolate": "True", "beta": "0.4", "rho0": "0.05",
-         "dataset": "cifar10", "model": "wrn-28-5", **{k: str(v) for k, v in params.items()}}
+    p = {"method.name": "ssat-mbi", "attack.schedule": "const", "method.interpolate": "True", "method.beta": "0.4",
+         "method.rho0": "0.05", "data.dataset": "cifar10", "model.name": "wrn-28-5",
+         **{NAMES.get(k, k): str(v) for k, v in params.items()}}
     rec = {"run_id": f"r{i}", "experiment": "e", "source": "mlflow", "meta.kind": "trial", "meta.table": table,
            "meta.stage": "grid", "meta.seed": str(seed), "meta.expected_seeds": "2", "meta.status": "FINISHED",
            "meta.config_hash": "|".join(f"{k}={v}" for k, v in sorted(p.items())),
-           **{f"param.{k}": v for k, v in p.items()}}
+           **{f"param.{k}": v for k, v in p.items()}, "meta.method_label": "SSAT-MBI",
+           **dict(zip(("meta.schedule_label", "meta.schedule_title", "meta.schedule_row"),
+                      SCHEDULE_LABELS[p["attack.schedule"]]))}
     for j, attack in enumerate(("clean", "pgd20", "autoattack")):
         rec[f"metric.test/best/{attack}"] = 80.0 - 20 * j + i % 5
         rec[f"protocol.best/{attack}"] = proto(attack)
@@ -170,7 +182,7 @@ def curves_data():
         for step in range(1, 6):
             vals = {"val/clean": 50 + step + i, "val/pgd10": 30 + step, "train/loss": 2.3 - step / 10 - i / 100,
                     "sched/eps_max": step / 255,
-                    "sched/rho": 0.05, "sched/lr": 0.1, "adv/alpha_mean": 0.5 + step / 20,
+                    "sched/rho": 0.05, "sched/lr": 0.1 if step < 4 else 0.01, "adv/alpha_mean": 0.5 + step / 20,
                     "adv/alpha_min_share": 0.1, "adv/alpha_one_share": 0.2 + step / 50}
             rows += [{"run_id": run_id, "key": k, "step": step, "value": v} for k, v in vals.items()]
     return runs, history_frame(rows)
@@ -179,8 +191,11 @@ def curves_data():
 def test_curves_figure(curves_data, tmp_path):
     runs, hist = curves_data
     fig = build_figure(runs, hist, "curves")
-    # 2 configs x (clean, pgd10) above; the training loss, eps_max, rho, lr per config below
-    assert series(fig) == [4, 2, 2, 2, 2]
+    # 2 configs x (clean, pgd10) above; the training loss, eps_max and lr per config below; rho is 0.05 in every
+    # epoch of every configuration: no panel (said under the figure)
+    assert series(fig) == [4, 2, 2, 2]
+    assert [ax.get_ylabel() for ax in fig.axes] == ["validation accuracy (%)", "loss", "eps_max", "lr"]
+    assert statement(fig).endswith("per epoch; panels left out: sched/rho = 0.05 at every epoch")
     top = fig.axes[0].get_lines()
     mean_clean = [l for l in top if l.get_label() == "none|int val/clean"][0].get_ydata()
     expected = [np.mean([50 + s + i for i in range(3)]) for s in range(1, 6)]
@@ -196,26 +211,26 @@ def test_curves_figure(curves_data, tmp_path):
     assert list(none.get_ydata()) == pytest.approx([2.3 - s / 10 - 0.01 for s in range(1, 6)])
     eps_lines = fig.axes[2].get_lines()
     assert all(list(ln.get_ydata()) == pytest.approx([s / 255 for s in range(1, 6)]) for ln in eps_lines)
-    assert [list(ln.get_ydata()) for ln in fig.axes[4].get_lines()] == [pytest.approx([0.1] * 5)] * 2
+    assert [list(ln.get_ydata()) for ln in fig.axes[3].get_lines()] == [pytest.approx([0.1] * 3 + [0.01] * 2)] * 2
     assert png_size(plot_figure(runs, hist, "curves", tmp_path / "c.png")) == expected_size("curves")
 
 
 def test_curves_mark_where_validation_switches_to_averaged_weights(curves_data):
     runs, hist = curves_data
-    marked = runs.assign(**{"param.swa_start": "3"})  # epochs 4 and 5 validate the averaged model
+    marked = runs.assign(**{"param.optim.swa_start": "3"})  # epochs 4 and 5 validate the averaged model
     top = build_figure(marked, hist, "curves").axes[0]
     (line,) = [ln for ln in top.get_lines() if ln.get_label().startswith("SWA")]
     assert line.get_label() == "SWA from epoch 4" and list(line.get_xdata()) == [3.5, 3.5]
     assert "SWA from epoch 4" in [t.get_text() for t in top.get_legend().get_texts()]
     # no line where runs average nothing, were logged before the param, or disagree within a configuration
     for swa in ("None", None, ["3", "4", "3", "3", "3", "4"]):
-        fig = build_figure(runs.assign(**{"param.swa_start": swa}), hist, "curves")
+        fig = build_figure(runs.assign(**{"param.optim.swa_start": swa}), hist, "curves")
         assert [ln.get_label() for ln in fig.axes[0].get_lines() if ln.get_label().startswith("SWA")] == []
     # one line per distinct start; configurations that average nothing add none
-    two = runs.assign(**{"param.swa_start": ["3"] * 3 + ["None"] * 3})
+    two = runs.assign(**{"param.optim.swa_start": ["3"] * 3 + ["None"] * 3})
     assert [ln.get_label() for ln in build_figure(two, hist, "curves").axes[0].get_lines()
             if ln.get_label().startswith("SWA")] == ["SWA from epoch 4"]
-    both = runs.assign(**{"param.swa_start": ["3"] * 3 + ["1"] * 3})
+    both = runs.assign(**{"param.optim.swa_start": ["3"] * 3 + ["1"] * 3})
     assert [ln.get_label() for ln in build_figure(both, hist, "curves").axes[0].get_lines()
             if ln.get_label().startswith("SWA")] == ["SWA from epoch 2", "SWA from epoch 4"]
 
@@ -326,7 +341,8 @@ def test_every_figure_states_its_data(beta_runs, rho_runs, curves_data):
         "pareto": (runs, None, "experiment e; seeds 0, 1, 2 (1 per point); protocol: validation split, val/clean, "
                    "val/pgd10 (PGD-10 at eps of the run), trial runs (last reported epoch)"),
         "curves": (runs, hist, "experiment e; seeds 0, 1, 2 (3 per configuration); protocol: validation split, "
-                   "val/clean, val/pgd10 (PGD-10 at eps of the run), trial runs, per epoch"),
+                   "val/clean, val/pgd10 (PGD-10 at eps of the run), trial runs, per epoch; panels left out: "
+                   "sched/rho = 0.05 at every epoch"),
         "alpha": (runs, hist, "experiment e; seeds 0, 1, 2 (3 per configuration); alpha_hat of the training "
                   "batches' adversarial examples (adv/alpha_*), per epoch, trial runs"),
     }
@@ -349,7 +365,7 @@ def test_the_statement_names_test_subsets_and_every_experiment():
 
 
 def test_the_pareto_statement_gives_the_validation_eps():
-    runs = runs_frame([{**trial(i, "", i, beta=i / 10), "param.eps": str(8 / 255)} for i in range(3)])
+    runs = runs_frame([{**trial(i, "", i, beta=i / 10), "param.attack.eps": str(8 / 255)} for i in range(3)])
     assert statement(build_figure(runs, None, "pareto")) == (
         "experiment e; seeds 0, 1, 2 (1 per point); protocol: validation split, val/clean, val/pgd10 (PGD-10 at eps "
         "8/255), trial runs (last reported epoch)")
@@ -361,3 +377,67 @@ def test_the_ablation_figure_says_which_column_group_it_draws():
     fig = build_figure(runs_frame(recs), None, "ablation")
     assert fig.get_suptitle().endswith("(CIFAR-10 (WideResNet-28-5); not drawn: CIFAR-100 (WideResNet-28-2))")
     assert statement(fig).startswith("experiment e; seeds 0 (1 per bar);")  # the CIFAR-100 run (seed 1) is not drawn
+
+
+# ---- what the figures show besides the data: legends beside it, flat panels left out, the front's labels ---------
+def _overlap(a, b) -> float:
+    """Area (display pixels^2) two bounding boxes share."""
+    return max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0)) * max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
+
+
+@pytest.mark.parametrize("figure", ["curves", "alpha"])
+def test_the_legend_is_beside_the_data_never_over_it(curves_data, figure):
+    runs, hist = curves_data
+    fig = build_figure(runs, hist, figure)
+    fig.draw_without_rendering()  # lays the figure out as saving it would
+    (legend,) = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    box = legend.get_window_extent()
+    for ax in fig.axes:
+        assert _overlap(box, ax.get_window_extent()) == 0.0, ax.get_title() or ax.get_ylabel()
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1
+    texts = [t.get_text() for t in legend.get_texts()]
+    if figure == "curves":  # a colour per configuration, a line style per metric: not one entry per curve
+        assert texts == ["Cur.|int", "none|int", "val/clean", "val/pgd10"]
+    else:
+        assert texts == ["alpha = 2^-K", "between", "alpha = 1", "mean alpha"]
+
+
+def test_flat_panels_are_left_out_and_said_and_varying_ones_stay(curves_data):
+    runs, hist = curves_data
+    ids = list(runs["run_id"])
+    varying = hist.copy()
+    rho = varying["key"] == "sched/rho"
+    varying.loc[rho, "value"] = 0.05 * varying.loc[rho, "step"]  # rho grows: every panel is drawn
+    fig = build_figure(runs, varying, "curves")
+    assert [ax.get_ylabel() for ax in fig.axes[1:]] == ["loss", "eps_max", "rho", "lr"]
+    assert "panels left out" not in statement(fig)
+    # another constant per configuration, and lr constant too: both left out, their values said
+    per_config = hist.copy()
+    cur = per_config["run_id"].isin(ids[3:]) & (per_config["key"] == "sched/rho")
+    per_config.loc[cur, "value"] = 0.1
+    per_config.loc[per_config["key"] == "sched/lr", "value"] = 0.02
+    fig = build_figure(runs, per_config, "curves")
+    assert [ax.get_ylabel() for ax in fig.axes[1:]] == ["loss", "eps_max"]
+    assert statement(fig).endswith("panels left out: sched/rho = 0.05 or 0.1 at every epoch (per configuration), "
+                                   "sched/lr = 0.02 at every epoch")
+    # a key no configuration logged
+    fig = build_figure(runs, hist[hist["key"] != "train/loss"], "curves")
+    assert [ax.get_ylabel() for ax in fig.axes[1:]] == ["eps_max", "lr"]
+    assert statement(fig).endswith("panels left out: train/loss (not logged), sched/rho = 0.05 at every epoch")
+
+
+def test_each_point_of_the_pareto_front_is_labelled_with_its_row():
+    # trial(i) has val/clean 70 + (i * 7) % 11 and val/pgd10 50 - (i * 3) % 7: trials 7 (75, 50) and 3 (80, 48)
+    # are the front; 0 (70, 50) is beaten by 7, 5 (72, 49) by 7 too
+    recs = [{**trial(i, "", 0, beta=i / 10), "meta.row": f"row {i}|x"} for i in range(8)]
+    ax = build_figure(runs_frame(recs), None, "pareto").axes[0]
+    front = ax.get_lines()[0]
+    assert list(zip(front.get_xdata(), front.get_ydata())) == [(75.0, 50.0), (80.0, 48.0)]
+    assert {t.xy: t.get_text() for t in ax.texts} == {(75.0, 50.0): "row 7|x", (80.0, 48.0): "row 3|x"}
+
+
+def test_a_search_trial_on_the_front_is_labelled_with_what_it_sampled():
+    recs = [{**trial(i, "", 0, beta=i / 10), "meta.stage": "search", "param.sampled.method.beta": str(i / 10 + 1 / 3),
+             "param.sampled.attack.schedule": "curious"} for i in range(2)]  # (70, 50) and (77, 47): both on it
+    ax = build_figure(runs_frame(recs), None, "pareto").axes[0]
+    assert sorted(t.get_text() for t in ax.texts) == ["schedule=curious beta=0.333", "schedule=curious beta=0.433"]
