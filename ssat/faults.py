@@ -31,7 +31,7 @@ class InjectedFault(RuntimeError):
 
 def run_key(config_hash: str, seed: int) -> str:
     """A run's key, `<config hash>-s<seed>`: the fault markers name runs by it, and a sweep's trial key
-    (sweeps/schema.py) is it with the sweep in front and the stage behind."""
+    (sweeps/run_records.py) is it with the sweep in front and the stage behind."""
     return f"{config_hash}-s{seed}"
 
 

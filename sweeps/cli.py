@@ -12,7 +12,7 @@ from ssat.pseudo_labels import PseudoLabelError
 
 from .driver import RunArgs, load_run_spec, resume_sweep, run_sweep, stop_sweep, sweep_status, sync_sweep
 from .dryrun import dry_run
-from .paths import SweepError
+from .errors import SweepError
 from .tracking import TrackingUnavailable
 
 

@@ -2,12 +2,11 @@
 paper's Table 2 ablation in small form on a local Ray cluster (two trials at a time), log everything to the
 embedded MLflow store, then regenerate the ablation table (mean (std) over seeds) and its plot.
 
-AutoAttack runs once, after the trials, on the best row's seed 0 and the first 100 test images; those results
-are tagged `first100` and shown labelled as such, never as a paper cell.
+AutoAttack runs once, after the trials, on the best row's seed 0 and the first 100 test images
+(`sweeps.evaluation`); those results are tagged `first100` and shown labelled as such, never as a paper cell.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,8 @@ from ssat.config import Config, parse_overrides
 from ssat.datasets import DATASET_INFO
 
 from .driver import RunArgs, SweepState, resume_sweep, run_sweep
-from .paths import SweepError, sweep_paths
+from .evaluation import autoattack_best
+from .paths import sweep_paths
 from .tracking import Tracker, ui_url
 
 SPEC = Path(__file__).parent / "specs" / "mnist5k-demo.yaml"
@@ -35,69 +35,10 @@ def _sweep(args, name: str) -> int:
     return run_sweep(args.spec, run, workdir=args.workdir)
 
 
-def _trials(runs, stage: str = "demo"):
-    return runs[(runs["meta.kind"] == "trial") & (runs["meta.stage"] == stage)]
-
-
-def best_row(runs, stage: str = "demo", metric: str = "test/best/pgd20") -> tuple[str, float]:
-    """The row with the highest mean `metric` over its seeds among the stage's finished trials (the table's
-    best row by PGD-20) and that mean."""
-    col = f"metric.{metric}"
-    trials = _trials(runs, stage)
-    if col not in trials or trials[col].isna().all():
-        raise SweepError(f"no trial of stage {stage!r} has {metric}: nothing to rank the rows by")
-    means = trials.groupby("meta.row")[col].mean().dropna()
-    return str(means.idxmax()), float(means.max())
-
-
-def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
-    """AutoAttack once, on the best row (by test PGD-20 mean over seeds) instead of in every trial: for its seeds
-    in eval.autoattack_seeds, their eval.autoattack_checkpoints, the first eval.autoattack_n test images. The
-    results join the trial's MLflow run as its own final evaluation would have logged them (first write wins:
-    a run that has them already is skipped, so a rerun adds nothing)."""
-    import pandas as pd
-    import torch
-
-    from analysis.collect import load_mlflow_runs
-    from ssat.evaluate import evaluate_model, first_test_images, flatten_results, load_checkpoint_model
-    from ssat.runtime import threads
-
-    e = cfg.eval
-    runs = load_mlflow_runs([name], uri)
-    row, mean = best_row(runs)
-    trials = _trials(runs)[lambda t: t["meta.row"] == row]
-    seeds = sorted(int(s) for s in trials["meta.seed"] if e.autoattack_seeds is None or int(s) in e.autoattack_seeds)
-    tracker = Tracker(uri, name, artifact_root=paths.workdir / "mlartifacts",
-                      spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
-    t0 = time.perf_counter()
-    log(f"[stage] autoattack: the best row {row} (test PGD-20 {mean:.2f}, mean over seeds), seed "
-        f"{', '.join(map(str, seeds))}, {'/'.join(e.autoattack_checkpoints)} checkpoint, first "
-        f"{e.autoattack_n or 'all'} test images")
-    for _, run in trials[trials["meta.seed"].astype(int).isin(seeds)].iterrows():
-        for ckpt in e.autoattack_checkpoints:
-            if pd.notna(run.get(f"metric.test/{ckpt}/autoattack")):
-                log(f"  {row} seed {run['meta.seed']}: {ckpt} checkpoint has AutoAttack already")
-                continue
-            model, ck_cfg, _ = load_checkpoint_model(paths.sweep_dir / "artifacts" / run["meta.key"] / f"{ckpt}.pt")
-            x, y, _ = first_test_images(ck_cfg, e.autoattack_n, torch.device("cpu"))
-            # channels_last as in training (1.8x for the CNN's attacks on a CPU); every core: the trials are done
-            model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-            with threads(os.cpu_count()):
-                res = evaluate_model(model, x, y, eps=ck_cfg.eps, checkpoint=ckpt, pgd_steps=(), autoattack=True,
-                                     batch_size=e.batch_size, subset=f"first{len(x)}",
-                                     log=lambda s, r=run: log(f"  {row} seed {r['meta.seed']}: {s.strip()}"))
-            metrics, tags = flatten_results({ckpt: {"autoattack": res["autoattack"]}})
-            tracker.log_final(run["meta.key"], metrics, tags, int(run["metric.time/epochs"]))
-    if not tracker.flush(timeout=60):
-        raise SweepError(f"the AutoAttack results of {row} could not be written to {uri}; they wait in "
-                         f"{paths.sweep_dir / 'tracking_spool.jsonl'}")
-    log(f"[stage] autoattack: {time.perf_counter() - t0:.1f} s")
-
-
 def setup_text(cfg: Config) -> str:
     """The choices that size the demo for 2 CPU cores, read from a trial's config: the table's caption says them."""
     o, a, d, e = cfg.optim, cfg.attack, cfg.data, cfg.eval
-    _, _, _, default_labeled, default_val, _ = DATASET_INFO[d.dataset]
+    info = DATASET_INFO[d.dataset]
     start = 1 if o.lr_decay_after_milestone else 0
     decay = "".join(f", x{f:g} from epoch {m + start}" for m, f in zip(o.lr_milestones, o.lr_factors))
     unlabeled = f"{d.n_unlabeled:,}" if d.n_unlabeled else "all other"
@@ -110,9 +51,9 @@ def setup_text(cfg: Config) -> str:
              f"{o.epochs} epochs of SGD (lr {o.lr:g}{decay}; batch {o.batch_size})"
              + ("" if o.swa_start is None else f", weights averaged (SWA) from epoch {o.swa_start + 1}, {bn}"),
              f"training PGD-{a.steps} (step {a.step_ratio:g} eps_max)",
-             f"{d.n_labeled or default_labeled} labeled + {unlabeled} pseudo-labeled images",
-             f"validation {d.n_val or default_val} images" + (f" every {e.val_every} epochs and in the last two"
-                                                               if e.val_every > 1 else ""),
+             f"{d.n_labeled or info.n_labeled} labeled + {unlabeled} pseudo-labeled images",
+             f"validation {d.n_val or info.n_val} images" + (f" every {e.val_every} epochs and in the last two"
+                                                            if e.val_every > 1 else ""),
              f"test: {test} test images ({'/'.join(e.checkpoints)} checkpoint)"]
     parts.append(f"AutoAttack: {aa_images} test images, {aa_seeds}'s {'/'.join(e.autoattack_checkpoints)} "
                  "checkpoint" + ("" if e.autoattack else " of the best row by PGD-20"))
@@ -162,5 +103,5 @@ def run_demo(args) -> int:
         print(f"  {kind:10s} {files[kind]}")
     print(f"[demo] total {time.perf_counter() - t0:.1f} s. Browse the runs with:\n"
           f"  {Path(sys.executable).parent / 'mlflow'} ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000\n"
-          f"  then open {ui_url(Tracker(uri, name, log=lambda s: None).experiment_id)}")
+          f"  then open {ui_url(Tracker(uri, name, log=lambda s: None).experiment_id, store=uri)}")
     return 0

@@ -21,16 +21,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .paths import Paths, SweepError, code_version, sweep_paths
+from .errors import SweepError
+from .outcomes import TrialOutcome, stage_outcome, top_configs
+from .paths import Paths, sweep_paths
+from .provenance import code_version
 from .resources import check_gpu, init_ray
-from .schema import sweep_key, sweep_record
+from .run_records import sweep_key, sweep_record
 from .spec import Spec, parse_spec, read_yaml
 from .teacher_stage import teacher_stage
-from .tracking import Tracker, check_reachable, resolve_uri
-from .tuners import (PHASES_GRID, PHASES_SEARCH, TrialOutcome, confirm_trials, grid_tuner, restore_tuner,
-                     search_tuner, stage_outcome, top_configs)
+from .tracking import Tracker, check_reachable, resolve_uri, ui_url
+from .tuners import grid_tuner, restore_tuner, search_tuner
 
 Log = Callable[[str], None]
+PHASES_GRID = ("grid",)
+PHASES_SEARCH = ("search", "confirm")
 
 
 @dataclass
@@ -215,6 +219,8 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
     state.status = "done"
     state.save(paths)
     log(f"sweep {spec.name} finished; runs in {state.tracking_uri} (experiment {spec.name})")
+    base = state.tracking_uri if state.tracking_uri.startswith("http") else "http://127.0.0.1:5000"
+    log(f"its trials in MLflow's UI: {ui_url(tracker.experiment_id, base, store=state.tracking_uri)}")
     return 0
 
 
@@ -226,7 +232,7 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     t1 = time.perf_counter()
     parent_run_id = tracker.find_run(sweep_key(spec.name))
     trials = None if stage == "search" else (
-        spec.trials() if stage == "grid" else confirm_trials(spec, state.confirm_configs))
+        spec.trials() if stage == "grid" else spec.confirm_trials(state.confirm_configs))
     expected = spec.search["num_samples"] if stage == "search" else len(trials)
     tuner = restore_tuner(paths.tune_dir / stage, spec, rerun_failed) if resume else None
     if tuner is None and stage == "search":

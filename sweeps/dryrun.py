@@ -234,7 +234,7 @@ def swa_epochs(cfg: Config) -> int:
 
 def validation_images(cfg: Config) -> dict[str, int]:
     """attack -> images of a trial's validations: clean and PGD-10 on the validation set."""
-    n_val = DATASET_INFO[cfg.data.dataset][4] if cfg.data.n_val is None else cfg.data.n_val
+    n_val = DATASET_INFO[cfg.data.dataset].n_val if cfg.data.n_val is None else cfg.data.n_val
     n = validation_epochs(cfg) * n_val
     return {"clean": n, "pgd10": n} if n else {}
 

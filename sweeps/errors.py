@@ -1,9 +1,13 @@
-"""The sweep spec's error type and its key check, shared by the spec and search-space parsers."""
+"""The errors sweeps/ raises, and the spec's key check shared by the spec and search-space parsers."""
 from __future__ import annotations
 
 import difflib
 
 from ssat.config import ConfigError
+
+
+class SweepError(RuntimeError):
+    """A sweep that cannot start or did not finish; the message says what to do."""
 
 
 class SpecError(ConfigError):

@@ -1,4 +1,4 @@
-"""Where a sweep lives on disk and which code ran it.
+"""Where a sweep lives on disk.
 
     <workdir>/runs/sweeps/<name>/sweep.json     the driver's state (sweeps.driver.SweepState)
     <workdir>/runs/sweeps/<name>/tune/<stage>   Ray Tune's experiment folders
@@ -7,15 +7,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
-class SweepError(RuntimeError):
-    """A sweep that cannot start or did not finish; the message says what to do."""
+from .errors import SweepError
 
 
 @dataclass
@@ -56,18 +51,3 @@ def sweep_paths(workdir: str | Path, name: str) -> Paths:
                          f"'_' or '-' (it must stay inside {root})")
     return p
 
-
-def code_version() -> dict:
-    def git(*args):
-        try:
-            r = subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10)
-            return r.stdout.strip() if r.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    import hashlib
-
-    lock = PROJECT_ROOT / "lock" / "requirements.lock"
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": None if status is None else bool(status),
-            "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.exists() else None}

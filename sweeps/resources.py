@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .paths import SweepError
+from .errors import SweepError
 from .spec import Spec
+
 
 def autoscaler_gpu_types() -> list[str]:
     """Node types of a `ray up` cluster's autoscaler config that provide GPUs (the head keeps it at home)."""

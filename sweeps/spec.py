@@ -36,7 +36,7 @@ from ssat.config import Config, ConfigError, from_dict, scale_epochs
 from ssat.presets import preset
 
 from .errors import SpecError, check_keys
-from .schema import spec_meta
+from .run_records import spec_meta
 
 SPEC_KEYS = {"name", "preset", "table", "column_group", "overrides", "epochs", "seeds", "resources", "max_concurrent",
              "metric", "mode", "grid", "search", "stage", "description", "expected_seeds"}
@@ -52,7 +52,7 @@ class Trial:
     row: str
     stage: str
     seed: int
-    spec_meta: dict = field(default_factory=dict)  # its epochs and t before --epochs (sweeps.schema.spec_meta)
+    spec_meta: dict = field(default_factory=dict)  # its epochs and t before --epochs (sweeps.run_records.spec_meta)
 
 
 @dataclass
@@ -99,6 +99,13 @@ class Spec:
     def config_for(self, sampled: dict, seed: int) -> Config:
         return _config(self, sampled, seed, where="sampled configuration")
 
+    def confirm_trials(self, configs: list[dict]) -> list[Trial]:
+        """The confirm stage: each sampled configuration the search passed on (`sweeps.outcomes.top_configs`),
+        once per confirm seed."""
+        seeds = self.search["confirm"]["seeds"]
+        return [Trial(self.config_for(c, s), f"confirm-{i + 1}", "confirm", s) for i, c in enumerate(configs)
+                for s in seeds]
+
     def base_config(self) -> Config:
         """The config a search samples around (its first seed)."""
         return self.config_for({}, self.seeds[0])
@@ -120,6 +127,24 @@ def _config(spec: Spec, overrides: dict, seed: int, where: str) -> Config:
 
 def _err(path: str, msg: str) -> SpecError:
     return SpecError(f"{path}: {msg}")
+
+
+def _integer(value: Any) -> bool:
+    """An int, and not a bool (YAML's true/false are ints to isinstance)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    """An int or a float, and not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _int(value: Any, path: str, key: str, lo: int = 1, hi: int | None = None,
+         allowed: str = "a positive integer") -> int:
+    """`value` when it is an integer in lo..hi; else the spec error naming the key, the value and what is allowed."""
+    if not _integer(value) or value < lo or (hi is not None and value > hi):
+        raise _err(path, f"{key}: {value!r}; allowed: {allowed}")
+    return value
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -160,14 +185,49 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
         raise _err(path, f"expected a mapping of spec keys at the top, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
     check_keys(raw, SPEC_KEYS, path, "")
-    name = raw.get("name")
+    name = _name(raw.get("name"), path)
+    pname = raw.get("preset")
+    ep = raw.get("epochs")  # the spec describes runs of this length; --epochs rescales each trial after
+    overrides = _overrides(raw, path, sets, data_root, cpu_only)
+    base = _base(pname, ep, overrides, path, "preset")
+    seeds = _seeds(seeds if seeds is not None else raw.get("seeds", [0]), path)
+    res = _resources(raw.get("resources") or {}, path, cpu_only)
+    mc = _int(max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1), path, "max_concurrent")
+    metric, mode = _metrics(raw, path)
+    stage = raw.get("stage", "search" if "search" in raw else "grid")
+    if stage not in STAGES:
+        raise _err(path, f"stage: {stage!r}; allowed: {', '.join(STAGES)}")
+    for key in ("table", "column_group"):
+        if not isinstance(raw.get(key, ""), str):
+            raise _err(path, f"{key}: expected a string, got {raw[key]!r}")
+    _int(raw.get("expected_seeds", len(seeds)), path, "expected_seeds")
+    spec = Spec(name=name, preset=pname, base=base, seeds=seeds, resources=res, max_concurrent=mc, metric=metric,
+                mode=mode, table=raw.get("table", ""), column_group=raw.get("column_group", ""), stage=stage,
+                source=raw, expected_seeds=int(raw.get("expected_seeds", len(seeds))))
+    if ("grid" in raw) == ("search" in raw):
+        raise _err(path, "expected exactly one of 'grid' (rows to run) or 'search' (an Optuna space)")
+    if epochs is not None:
+        _rescale(spec, "search" in raw, epochs, path)
+    if rows is not None and "grid" not in raw:
+        raise _err(path, "--rows: this spec has a search, not grid rows; --rows picks rows of a grid spec")
+    if "grid" in raw:
+        _grid_rows(spec, raw["grid"], rows, ep, overrides, path)
+    else:
+        spec.search = _search(raw["search"], path, spec)
+    return spec
+
+
+def _name(name: Any, path: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise _err(path, f"name: {name!r}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
                          "and the MLflow experiment, so no '/' or '..')")
     if ".." in name:
         raise _err(path, f"name: {name!r} contains '..'")
-    pname = raw.get("preset")
-    ep = raw.get("epochs")  # the spec describes runs of this length; --epochs rescales each trial after
+    return name
+
+
+def _overrides(raw: dict, path: str, sets: dict | None, data_root: str | None, cpu_only: bool) -> dict:
+    """The spec's overrides, then --set, --data-root and --cpu-only: dotted keys applied to every trial."""
     overrides = raw.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise _err(path, f"overrides: expected a mapping of dotted keys, got {overrides!r}")
@@ -176,51 +236,35 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
         overrides["data.root"] = data_root
     if cpu_only:
         overrides["system.device"] = "cpu"
-    base = _base(pname, ep, overrides, path, "preset")
-    seeds = seeds if seeds is not None else raw.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+    return overrides
+
+
+def _seeds(seeds: Any, path: str) -> list[int]:
+    if not isinstance(seeds, list) or not seeds or not all(_integer(s) for s in seeds):
         raise _err(path, f"seeds: {seeds!r}; allowed: a non-empty list of integers")
     if len(set(seeds)) != len(seeds):
         raise _err(path, f"seeds: {seeds!r} repeat")
-    res = _resources(raw.get("resources") or {}, path, cpu_only)
-    mc = max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1)
-    if not isinstance(mc, int) or isinstance(mc, bool) or mc < 1:
-        raise _err(path, f"max_concurrent: {mc!r}; allowed: a positive integer")
-    metric, mode = _metrics(raw, path)
-    stage = raw.get("stage", "search" if "search" in raw else "grid")
-    if stage not in STAGES:
-        raise _err(path, f"stage: {stage!r}; allowed: {', '.join(STAGES)}")
-    for key in ("table", "column_group"):
-        if not isinstance(raw.get(key, ""), str):
-            raise _err(path, f"{key}: expected a string, got {raw[key]!r}")
-    es_ = raw.get("expected_seeds", len(seeds))
-    if not isinstance(es_, int) or isinstance(es_, bool) or es_ < 1:
-        raise _err(path, f"expected_seeds: {es_!r}; allowed: a positive integer")
-    spec = Spec(name=name, preset=pname, base=base, seeds=seeds, resources=res, max_concurrent=mc, metric=metric,
-                mode=mode, table=raw.get("table", ""), column_group=raw.get("column_group", ""), stage=stage,
-                source=raw, expected_seeds=int(raw.get("expected_seeds", len(seeds))))
-    if ("grid" in raw) == ("search" in raw):
-        raise _err(path, "expected exactly one of 'grid' (rows to run) or 'search' (an Optuna space)")
-    if epochs is not None:
-        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-            raise _err(path, f"--epochs: {epochs!r}; allowed: a positive integer")
-        spec.rescale = epochs
-        if "search" in raw:  # sampled values apply to the rescaled base
-            try:
-                spec.base = from_dict(scale_epochs(spec.base, epochs)).to_dict()
-            except ConfigError as exc:
-                raise _err(path, f"--epochs {epochs}: {exc}") from None
-    if rows is not None and "grid" not in raw:
-        raise _err(path, "--rows: this spec has a search, not grid rows; --rows picks rows of a grid spec")
-    if "grid" in raw:
-        spec.grid = _pick_rows(_grid(raw["grid"], path), rows, path)
-        for i, row in enumerate(spec.grid):
-            if row.get("preset") and row["preset"] not in spec.bases:
-                spec.bases[row["preset"]] = _base(row["preset"], ep, overrides, path, f"grid[{i}].preset")
-        spec.trials()  # validates every row x seed now, before any compute
-    else:
-        spec.search = _search(raw["search"], path, spec)
-    return spec
+    return seeds
+
+
+def _rescale(spec: Spec, search: bool, epochs: Any, path: str) -> None:
+    """--epochs: every trial's epoch numbers scaled from the spec's run (a search's base now: its samples apply
+    to the rescaled base; grid trials are rescaled one by one in Spec.trials)."""
+    spec.rescale = _int(epochs, path, "--epochs")
+    if search:
+        try:
+            spec.base = from_dict(scale_epochs(spec.base, epochs)).to_dict()
+        except ConfigError as exc:
+            raise _err(path, f"--epochs {epochs}: {exc}") from None
+
+
+def _grid_rows(spec: Spec, grid: Any, rows: list[str] | None, epochs: Any, overrides: dict, path: str) -> None:
+    """The grid's rows (those --rows names), their presets, and every row x seed validated before any compute."""
+    spec.grid = _pick_rows(_grid(grid, path), rows, path)
+    for i, row in enumerate(spec.grid):
+        if row.get("preset") and row["preset"] not in spec.bases:
+            spec.bases[row["preset"]] = _base(row["preset"], epochs, overrides, path, f"grid[{i}].preset")
+    spec.trials()
 
 
 def _pick_rows(grid: list[dict], rows: list[str] | None, path: str) -> list[dict]:
@@ -242,10 +286,10 @@ def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> di
         base = preset(pname)
     except KeyError as exc:
         raise _err(path, f"{where}: {exc.args[0]}") from None
+    if epochs is not None:
+        _int(epochs, path, f"{where} {pname!r}: epochs")
     try:
         if epochs is not None:
-            if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-                raise ConfigError(f"epochs: {epochs!r}; allowed: a positive integer")
             if "optim.lr_milestones" in overrides:  # set explicitly: nothing to scale (or to collide)
                 base["optim"]["lr_milestones"], base["optim"]["lr_factors"] = [], []
             base = scale_epochs(base, epochs)
@@ -261,13 +305,13 @@ def _resources(res: Any, path: str, cpu_only: bool) -> dict:
     cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
     custom = res.get("custom") or {}
     if not isinstance(custom, dict) or not all(
-            isinstance(k, str) and k and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < float("inf")
+            isinstance(k, str) and k and _number(v) and 0 < v < float("inf")
             for k, v in custom.items()):
         raise _err(path, f"resources.custom: {custom!r}; allowed: a mapping of Ray custom resource names to amounts "
                          "> 0 (e.g. {worker_node: 1} pins trials to nodes started with that resource)")
-    if not isinstance(cpu, (int, float)) or isinstance(cpu, bool) or not 0 < cpu < float("inf"):
+    if not _number(cpu) or not 0 < cpu < float("inf"):
         raise _err(path, f"resources.cpu: {cpu!r}; allowed: a number > 0")
-    if not isinstance(gpu, (int, float)) or isinstance(gpu, bool) or not 0 <= gpu <= 1:
+    if not _number(gpu) or not 0 <= gpu <= 1:
         raise _err(path, f"resources.gpu: {gpu!r}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
                          "trials per GPU); a trial never spans several GPUs")
     return {"cpu": cpu, "gpu": 0 if cpu_only else gpu, **({"custom_resources": dict(custom)} if custom else {})}
@@ -330,9 +374,7 @@ def _search(search: Any, path: str, spec: Spec) -> dict:
     if not isinstance(search, dict):
         raise _err(path, "search: expected a mapping with num_samples, space, confirm")
     check_keys(search, SEARCH_KEYS, path, "search.")
-    n = search.get("num_samples", 10)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise _err(path, f"search.num_samples: {n!r}; allowed: a positive integer")
+    n = _int(search.get("num_samples", 10), path, "search.num_samples")
     space = search.get("space")
     if not isinstance(space, dict) or not space:
         raise _err(path, "search.space: expected a mapping {dotted.key: {choice|float|int: ...}}")
@@ -345,40 +387,46 @@ def _search(search: Any, path: str, spec: Spec) -> dict:
                              f"{{int: [low, high]}} (a float range would sample values like 2.5)")
     for sampled in corner_configs(space):
         spec.config_for(sampled, spec.seeds[0])  # every choice value validates on the base config
-    es = search.get("early_stopping")
-    if es is not None:
-        if not isinstance(es, dict):
-            raise _err(path, "search.early_stopping: expected {grace_period: N} or null")
-        check_keys(es, {"grace_period", "reduction_factor"}, path, "search.early_stopping.")
-        if spec.multi_objective:
-            raise _err(path, "search.early_stopping: ASHA needs a single metric; remove it for multi-objective")
-        need = _min_grace(spec, space)
-        gp = es.get("grace_period", need)
-        if not isinstance(gp, int) or isinstance(gp, bool) or gp < need:
-            raise _err(path, f"search.early_stopping.grace_period: {gp!r}; allowed: >= {need} (the largest t in the "
-                             "space and the first learning-rate milestone: earlier scores are not comparable)")
-        rf = es.get("reduction_factor", 3)
-        if not isinstance(rf, (int, float)) or isinstance(rf, bool) or not 1 < rf < float("inf"):
-            raise _err(path, f"search.early_stopping.reduction_factor: {rf!r}; allowed: a number > 1 (ASHA keeps "
-                             "1/reduction_factor of the trials at each rung)")
-        es = {"grace_period": gp, "reduction_factor": rf}
-    confirm = search.get("confirm") or {}
+    es = _early_stopping(search.get("early_stopping"), path, spec, space)
+    confirm = _confirm(search.get("confirm") or {}, path, spec)
+    sampler_seed = _int(search.get("sampler_seed", 0), path, "search.sampler_seed", lo=0, hi=2**32 - 1,
+                        allowed="an integer in 0..2**32-1")
+    return {"num_samples": n, "space": space, "early_stopping": es, "confirm": confirm, "sampler_seed": sampler_seed}
+
+
+def _early_stopping(es: Any, path: str, spec: Spec, space: dict) -> dict | None:
+    """ASHA's settings: a grace period no shorter than the largest t in the space and the first learning-rate
+    milestone, and the share of trials kept at each rung."""
+    if es is None:
+        return None
+    if not isinstance(es, dict):
+        raise _err(path, "search.early_stopping: expected {grace_period: N} or null")
+    check_keys(es, {"grace_period", "reduction_factor"}, path, "search.early_stopping.")
+    if spec.multi_objective:
+        raise _err(path, "search.early_stopping: ASHA needs a single metric; remove it for multi-objective")
+    need = _min_grace(spec, space)
+    gp = _int(es.get("grace_period", need), path, "search.early_stopping.grace_period", lo=need,
+              allowed=f">= {need} (the largest t in the space and the first learning-rate milestone: earlier scores "
+                      "are not comparable)")
+    rf = es.get("reduction_factor", 3)
+    if not _number(rf) or not 1 < rf < float("inf"):
+        raise _err(path, f"search.early_stopping.reduction_factor: {rf!r}; allowed: a number > 1 (ASHA keeps "
+                         "1/reduction_factor of the trials at each rung)")
+    return {"grace_period": gp, "reduction_factor": rf}
+
+
+def _confirm(confirm: Any, path: str, spec: Spec) -> dict:
+    """The confirm stage: how many of the search's best configurations it re-runs, and with which fresh seeds."""
     if not isinstance(confirm, dict):
         raise _err(path, "search.confirm: expected {top_k: K, seeds: [...]}")
     check_keys(confirm, {"top_k", "seeds"}, path, "search.confirm.")
     top_k, cseeds = confirm.get("top_k", 3), confirm.get("seeds", [100, 101, 102])
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise _err(path, f"search.confirm.top_k: {top_k!r}; allowed: a positive integer")
-    if (not isinstance(cseeds, list) or not cseeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                              for s in cseeds)
+    _int(top_k, path, "search.confirm.top_k")
+    if (not isinstance(cseeds, list) or not cseeds or not all(_integer(s) for s in cseeds)
             or len(set(cseeds)) != len(cseeds) or set(cseeds) & set(spec.seeds)):
         raise _err(path, f"search.confirm.seeds: {cseeds!r}; allowed: a non-empty list of fresh seeds (not among "
                          f"the search seeds {spec.seeds})")
-    sampler_seed = search.get("sampler_seed", 0)
-    if not isinstance(sampler_seed, int) or isinstance(sampler_seed, bool) or not 0 <= sampler_seed < 2**32:
-        raise _err(path, f"search.sampler_seed: {sampler_seed!r}; allowed: an integer in 0..2**32-1")
-    return {"num_samples": n, "space": space, "early_stopping": es, "confirm": {"top_k": top_k, "seeds": cseeds},
-            "sampler_seed": sampler_seed}
+    return {"top_k": top_k, "seeds": cseeds}
 
 
 def _int_field(key: str) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ssat.config import Config
 
-from .schema import teacher_record
+from .run_records import teacher_record
 
 
 def teacher_stage(configs: list[Config], tracker, sweep: str, teacher_dir: Path, log=print) -> dict[str, str]:

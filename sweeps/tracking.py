@@ -34,9 +34,46 @@ RETRY_AFTER_S = 15.0
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
-def ui_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
-    """The MLflow UI page listing an experiment's runs (the model-training view, not the GenAI overview)."""
-    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+# What MLflow 3.17.2's runs page takes from its URL (its JavaScript bundle): the view (`workflowType`), the search
+# (`searchFilter`, `orderByKey`, `orderByAsc`, `startTime`, `lifecycleFilter`, `modelVersionFilter`, `datasetsFilter`),
+# the tab (`compareRunsMode`: table, charts, ...) and `viewStateShareKey`; no columns, no expanded rows. Sorted by
+# anything but creation time, or filtered, the table lists child runs flat; sorted by creation (the default) it folds
+# them under their parent. The columns live in the browser's local storage, or in a saved view: an experiment tag
+# `mlflow.sharedViewState.<key>` holding `{"name", "createdAt", "state"}` (what the page's "Save view" writes), that
+# `?viewStateShareKey=<key>` opens, unless search parameters are in the URL too. With `store`, ui_url saves such a
+# view (once per metric list, then left as it is: a user may change it) and links it; a key that is not there lands
+# on the GenAI overview with an error, so without a saved view the link only sorts.
+def ui_url(experiment_id: str, base: str = "http://127.0.0.1:5000",
+           metrics: tuple[str, ...] = ("test/best/clean", "test/best/pgd20", "val/pgd10"),
+           store: str | None = None) -> str:
+    """The MLflow UI page listing an experiment's runs, in the model-training view (not the GenAI overview), the
+    trials flat and sorted by name (a row's seeds side by side). With `store` (the experiment's tracking URI) the
+    page also shows `metrics` as columns, first after the names, and all trials in the charts: a view saved in the
+    experiment, which the UI also lists under its views menu; if it cannot be saved, the link without it."""
+    runs = f"{base}/#/experiments/{experiment_id}/runs?"
+    by_name = {"orderByKey": "tags.`mlflow.runName`", "orderByAsc": True}
+    plain = runs + "workflowType=machine_learning&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
+    if store is None or not metrics:
+        return plain
+    import hashlib
+    from mlflow.exceptions import MlflowException
+
+    columns = [f"metrics.`{m}`" for m in metrics]  # placed first, next to the names, wide enough for the name
+    state = json.dumps({**by_name, "selectedColumns": columns, "columnOrder": columns, "runsHiddenMode": "SHOW_ALL",
+                        "columnWidths": {c: max(100, 8 * len(m) + 30) for c, m in zip(columns, metrics)}},
+                       separators=(",", ":"))
+    key = "ssat-" + hashlib.sha1(state.encode()).hexdigest()[:10]
+    tag = f"mlflow.sharedViewState.{key}"
+    try:
+        client = MlflowClient(store)
+        if tag not in client.get_experiment(experiment_id).tags:
+            view = {"name": "Trials: " + ", ".join(metrics), "createdAt": int(time.time() * 1000), "state": state}
+            client.set_experiment_tag(experiment_id, tag, json.dumps(view))
+    except (MlflowException, OSError):
+        return plain
+    return f"{runs}workflowType=machine_learning&viewStateShareKey={key}"
+
+
 # The driver's client must fail fast when a server is away (MLflow's defaults retry for minutes and would
 # hold up Tune's loop, and with it every trial's reports).
 for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),

@@ -1,8 +1,7 @@
 """The Ray Tune function trainable: one `ssat` Trainer per trial, one report (with a checkpoint) per epoch.
 
-Tune config of a trial: {"meta": {...tags, seed, stage, resources...}, "cfg": nested config} for grid and
-confirm trials, or {"meta": ..., "base": nested config, "<dotted.key>": sampled value, ...} for search
-trials (the Optuna searcher adds the sampled keys). `resolve_trial` turns either into a validated Config.
+A trial's Tune config (its settings: `sweeps.trial_settings`) becomes its validated Config and meta through
+`resolve_trial`.
 """
 from __future__ import annotations
 
@@ -18,37 +17,18 @@ from pathlib import Path
 import torch
 from ray import tune
 
-from ssat.config import Config, from_dict
+from ssat.config import Config
 from ssat.evaluate import flatten_results
 from ssat.train import Trainer, TrainingDiverged
 
-from .schema import trial_record
+from .trial_settings import FAULT_VARS, resolve_trial
 
 CHECKPOINT_FILES = ("state.pt", "best.pt", "last.pt", "trial.log", "config.json")
 
 
-def resolve_trial(config: dict) -> tuple[Config, dict]:
-    """Tune config -> (validated Config, meta with this trial's run record, key, sampled values and epochs)."""
-    config = config.get("trial", config)  # grid trials are one grid_search value under "trial"
-    meta = dict(config["meta"])
-    if "cfg" in config:
-        cfg = from_dict(config["cfg"])
-        sampled = {}
-    else:
-        sampled = {k: v for k, v in config.items() if "." in k}
-        cfg = from_dict(config["base"], {**sampled, "seed": meta["seed"]})
-    meta["record"] = trial_record(cfg, meta, sampled)
-    meta["trial_key"] = meta["record"].key
-    meta["sampled"] = sampled
-    meta["epochs"] = cfg.optim.epochs
-    where = {k: meta[m] for k, m in (("data.teacher_dir", "teacher_dir"), ("system.compile_cache", "compile_cache"))
-             if meta.get(m) and cfg.to_flat()[k] is None}  # the sweep's shared folders, unless the config names its own
-    return (cfg.replace(**where) if where else cfg), meta
-
-
 def reset_process_state(cfg: Config, meta: dict) -> int:
     """Per-trial global state, reset at the start of every trial (actors are reused across trials)."""
-    for var in ("SSAT_FAULT", "SSAT_FAULT_ONCE_DIR"):  # fault injection travels with the trial, never leaks
+    for var in FAULT_VARS:  # fault injection travels with the trial, never leaks
         if meta.get(var):
             os.environ[var] = meta[var]
         else:

@@ -1,15 +1,18 @@
 """MLflow's UI on a small sweep's store, rendered by a real headless Chromium.
 
-`python -m tests.ui_pages [OUT_DIR]` (`make screenshots`) writes PNGs of the experiment page and of the
-compare view of two trials (docs/img by default); tests/integration/test_mlflow_ui.py checks the same pages'
-rendered DOM. The store is written through the project's own Tracker with the records a sweep writes
-(sweeps.schema: the parent run, then one child run per trial with its tags and flat parameters), for a
-two-row grid that differs only in beta (0.4, 0.5). No training: the pages show runs and parameters, no metrics.
+`python -m tests.ui_pages [OUT_DIR]` (`make screenshots`) writes PNGs of the experiment page that the demo's
+link opens and of the compare view of two trials (docs/img by default); tests/integration/test_mlflow_ui.py
+checks the same pages' rendered DOM. The store is written through the project's own Tracker with the records a
+sweep writes (sweeps.run_records: the parent run, then one child run per trial with its tags and flat parameters,
+its last validation epoch and its final test metrics, as sweeps.mlflow_callback logs them), for a grid as large
+as the demo's Table 2 (7 rows x 2 seeds = 14 trials) whose rows differ only in beta (0.1 ... 0.7). No training:
+the numbers are made up (trial_metrics), in the units a trial reports (accuracy in percent).
 
 MLflow 3.17's UI opens an experiment (`#/experiments/<id>`) on the GenAI overview or on the training runs by
 its GenAI / Model training switch, not by the `mlflow.experimentKind` tag: the switch comes from the URL's
 `workflowType`, else from the browser's last choice (local storage), GenAI in a fresh browser. So the URLs
-here name `machine_learning`.
+here name `machine_learning`. The experiment page is the demo's link (sweeps.tracking.ui_url, given the store):
+the trials flat and sorted by name, the table's metrics as columns (a view it saves in the experiment).
 """
 from __future__ import annotations
 
@@ -23,23 +26,36 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
-from sweeps.paths import code_version
-from sweeps.schema import sweep_record
+from sweeps.provenance import code_version
+from sweeps.run_records import sweep_record
 from sweeps.spec import load_spec
-from sweeps.tracking import Tracker
-from sweeps.trainable import resolve_trial
+from sweeps.tracking import Tracker, ui_url
+from sweeps.trial_settings import resolve_trial
 from tests.integration.sweep_helpers import write_spec
 from tests.servers import MlflowServer
 
 # Debian's old headless shell (package chromium-headless-shell) first, then a full Chromium in headless mode.
 BROWSERS = ("chromium-headless-shell", "chromium")
 SWEEP = "ui-demo"
-ROWS = [{"row": "beta=0.4", "set": {"method.beta": 0.4}}, {"row": "beta=0.5", "set": {"method.beta": 0.5}}]
+ROWS = [{"row": f"beta=0.{i}", "set": {"method.beta": i / 10}} for i in range(1, 8)]
+SEEDS = (0, 1)
+EPOCHS = 2  # the spec's (write_spec): the step of the last validation epoch and of the final metrics
+# The two trials of the compare view: they differ only in beta
+COMPARED = ("beta=0.4-seed0", "beta=0.5-seed0")
 # The UI is a single-page app that fetches the runs after it loads: virtual time runs on until the page is idle
 # or this budget is spent, so the DOM and the screenshot are taken after the fetches, not of a spinner.
 BUDGET_MS = 15000
-# Window sizes of the screenshots: the compare view is tall enough to show the parameter table.
-WINDOWS = {"experiment": (1400, 700), "compare": (1400, 1600)}
+# Window sizes (screenshots and rendered DOM): the experiment page is tall enough for the 15 runs (the table renders
+# only the rows and columns in sight), the compare view for the parameter table.
+WINDOWS = {"experiment": (1600, 1000), "compare": (1400, 1600)}
+
+
+def trial_metrics(row: int, seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(last validation epoch, final test metrics) of the trial of ROWS[row] and `seed`: made-up accuracies in
+    percent, a different value for every trial and metric, exact in two decimals."""
+    n = 2 * row + seed
+    epoch = {"val/pgd10": round(70.2 + 0.4 * n, 2)}
+    return epoch, {"test/best/clean": round(98.1 - 0.1 * n, 2), "test/best/pgd20": round(71.25 + 0.5 * n, 2)}
 
 
 def browser() -> str | None:
@@ -48,9 +64,10 @@ def browser() -> str | None:
 
 
 def write_sweep(uri: str, workdir: Path) -> tuple[str, dict[str, str]]:
-    """A two-trial grid sweep's runs in `uri`, as the driver and its callback write them (sweeps.driver.execute,
-    sweeps.callback._start). Returns (experiment id, run name -> run id of each trial)."""
-    spec_path = write_spec(workdir / f"{SWEEP}.yaml", SWEEP, rows=ROWS)
+    """A 14-trial grid sweep's runs in `uri`, as the driver and its callback write them (sweeps.driver.execute,
+    sweeps.mlflow_callback: the run, then each reported epoch, then the final metrics). Returns (experiment id,
+    run name -> run id of each trial)."""
+    spec_path = write_spec(workdir / f"{SWEEP}.yaml", SWEEP, rows=ROWS, seeds=SEEDS, epochs=EPOCHS)
     spec = load_spec(spec_path)
     tracker = Tracker(uri, spec.name, log=lambda s: None)
     parent = sweep_record(spec.name, spec.table, str(spec_path), spec.preset, code_version())
@@ -66,6 +83,9 @@ def write_sweep(uri: str, workdir: Path) -> tuple[str, dict[str, str]]:
         rec = m["record"]
         tracker.ensure_run(rec.key, {**rec.tags, "ssat.status": "FINISHED", "mlflow.parentRunId": parent_id},
                            rec.params, name=rec.name)
+        epoch, final = trial_metrics([r["row"] for r in ROWS].index(t.row), t.seed)
+        tracker.log_epoch(rec.key, epoch, EPOCHS)
+        tracker.log_final(rec.key, final, {}, EPOCHS)
         tracker.end(rec.key)
         keys[rec.name] = rec.key
     tracker.set_tags(parent.key, {"ssat.status": "FINISHED"})
@@ -80,25 +100,24 @@ def _send(tracker: Tracker) -> None:
 
 
 def page_urls(server: str, experiment_id: str, run_ids: list[str]) -> dict[str, str]:
-    """The experiment's runs table and the compare view of `run_ids`, as MLflow 3.17's UI routes them (hash
-    routes; the compare view takes JSON lists, as the UI's Compare button builds them). The runs table sorted
-    by name lists the trials flat; sorted by creation (the default) it folds them under their parent run."""
-    runs = urllib.parse.urlencode({"workflowType": "machine_learning", "orderByKey": "tags.`mlflow.runName`",
-                                   "orderByAsc": "true"})
+    """The experiment's runs table as the demo links it (ui_url with the store: it saves its view in the
+    experiment, once) and the compare view of `run_ids`, as MLflow 3.17's UI routes them (hash routes; the compare
+    view takes JSON lists, as the UI's Compare button builds them). The runs table sorted by name lists the trials
+    flat; sorted by creation (the default) it folds them under their parent run."""
     compare = urllib.parse.urlencode({"runs": json.dumps(run_ids), "experiments": json.dumps([experiment_id]),
                                       "workflowType": "machine_learning"})
-    return {"experiment": f"{server}/#/experiments/{experiment_id}/runs?{runs}",
+    return {"experiment": ui_url(experiment_id, server, store=server),
             "compare": f"{server}/#/compare-runs?{compare}"}
 
 
 def render(exe: str, url: str, screenshot: Path | None = None, window: tuple[int, int] = (1400, 900),
            timeout: float = 180.0) -> str:
-    """Load `url` in a fresh headless Chromium (its own temporary profile) and return the rendered DOM, or with
-    `screenshot` write a PNG of the `window` there instead. The browser runs in its own process group, killed
-    through its PID if it outlives `timeout`."""
+    """Load `url` in a fresh headless Chromium (its own temporary profile, so no view the UI kept in local storage)
+    in a `window` and return the rendered DOM, or with `screenshot` write a PNG there instead. The browser runs in
+    its own process group, killed through its PID if it outlives `timeout`."""
     with tempfile.TemporaryDirectory(prefix="ssat-chromium-") as profile:
-        what = ([f"--screenshot={screenshot}", f"--window-size={window[0]},{window[1]}"] if screenshot
-                else ["--dump-dom"])
+        what = [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+        what.append(f"--window-size={window[0]},{window[1]}")
         # --no-sandbox: tests and CI run as root, where Chromium's sandbox refuses to start
         cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                f"--user-data-dir={profile}", f"--virtual-time-budget={BUDGET_MS}", *what, url]
@@ -126,7 +145,7 @@ def main(argv: list[str]) -> int:
         server = MlflowServer(Path(tmp) / "mlflow").start()
         try:
             exp_id, trials = write_sweep(server.url, Path(tmp))
-            urls = page_urls(server.url, exp_id, list(trials.values()))
+            urls = page_urls(server.url, exp_id, [trials[n] for n in COMPARED])
             for page, url in urls.items():
                 png = out / f"mlflow-{page}.png"
                 render(exe, url, screenshot=png.resolve(), window=WINDOWS[page])

@@ -25,7 +25,7 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "ui --backend-store-uri sqlite:///" in out and "[stage] teacher" in out and "[stage] analysis" in out
     assert "/runs?workflowType=machine_learning" in out  # the runs, not MLflow 3's GenAI overview
-    # the final evaluation shows in the driver's console, from the trial's log (sweeps.progress); the trials
+    # the final evaluation shows in the driver's console, from the trial's log (sweeps.progress_callback); the trials
     # skip AutoAttack: it runs once, after them, on the best row's seeds in eval.autoattack_seeds
     assert "seed 0: final evaluation: best checkpoint on 60 test images, PGD-10, PGD-20\n" in out
     runs = load_mlflow_runs(["mnist5k-demo"], f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -39,7 +39,7 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     assert all('"subset":"first8"' in p for p in with_aa["protocol.best/autoattack"])
     # every row has a convergence verdict, printed and written, and the caption states the setup
     conv = (tmp_path / "outputs" / "mnist5k-demo" / "convergence.md").read_text()
-    for row in ("none|off", "linear|on", "curious|on", "standard"):
+    for row in ("const|off", "linear|on", "curious|on", "standard"):
         assert f"[convergence] {row}: " in out and f"| {row.replace('|', chr(92) + '|')} | " in conv
     assert "CPU-sized setup: model cnn-small; 2 epochs of SGD" in table
     assert "first8" in table or "first8" in (tmp_path / "outputs" / "mnist5k-demo" / "ablation.provenance.json").read_text()

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeps.callback import TrackingCallback
 from sweeps.cli import main as sweeps_main
+from sweeps.mlflow_callback import TrackingCallback
 from tests.integration.sweep_helpers import history, trial_runs, write_spec
 
 pytestmark = pytest.mark.integration
@@ -77,7 +77,7 @@ def _assert_killed(uri: str, name: str, runs) -> None:
 
 def test_ctrl_c_in_the_teacher_and_grid_stages_then_resume(ray_local, tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("SSAT_TEACHER_DIR", str(tmp_path / "teachers"))  # the teacher must be trained here
-    rows = [{"row": "none|on", "set": {"attack.schedule": "const"}},
+    rows = [{"row": "const|on", "set": {"attack.schedule": "const"}},
             {"row": "curious|on", "set": {"attack.schedule": "curious", "attack.t": 1}}]
     spec = write_spec(tmp_path / "s.yaml", "cut-grid", epochs=3, rows=rows, max_concurrent=1,
                       overrides={"teacher.steps": 150, "teacher.eval_every": 50})
@@ -184,7 +184,7 @@ def test_ctrl_c_after_a_trials_last_report_before_tune_completed_it(ray_local, t
     """The window CI once hit by chance, opened on purpose: the callback has recorded the last epoch (the run is
     RUNNING, its outcome counts as finished) when Ctrl+C arrives, so Tune never completes the trial. Its run must
     still end KILLED, never stay RUNNING; on resume Tune completes it: FINISHED, checkpoints, same run."""
-    spec = write_spec(tmp_path / "s.yaml", "cut-last", epochs=2, rows=[{"row": "none|on", "set": {}}],
+    spec = write_spec(tmp_path / "s.yaml", "cut-last", epochs=2, rows=[{"row": "const|on", "set": {}}],
                       max_concurrent=1, overrides={"attack.schedule": "const"})
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     recorded = TrackingCallback.on_trial_result

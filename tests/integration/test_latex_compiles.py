@@ -1,4 +1,4 @@
-"""The LaTeX of every table compiles with pdflatex in the preamble the README gives, and prints what it says.
+"""The LaTeX of every table compiles with pdflatex in the preamble docs/analysis.md gives, and prints what it says.
 
 Each table kind of `analysis.specs` is built from hand-typed runs that exercise every mark (†, ‡, §), single-seed
 and empty cells, the row labels with '|' and the notes (Welch's 'p >= 0.05', left-out columns, the paper's
@@ -22,7 +22,7 @@ from tests.slow.cluster_harness import in_ci
 from tests.unit.test_analysis_cells import abl, frame, proto, run
 
 pytestmark = pytest.mark.integration
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "analysis.md"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def pdflatex():
 
 
 def readme_preamble() -> str:
-    """The preamble the README tells users to load (the code span of its 'LaTeX tables compile' line)."""
+    """The preamble docs/analysis.md tells users to load (the code span of its 'LaTeX tables compile' line)."""
     line = next(ln for ln in README.read_text().splitlines() if ln.startswith("LaTeX tables compile"))
     return re.search(r"`([^`]*\\usepackage[^`]*)`", line).group(1)
 

@@ -1,7 +1,6 @@
 """Sweeps on a real local Ray cluster (one fake logical GPU): fractional sharing, actor reuse without leaks,
 faults survived with nothing lost, search + confirm."""
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -26,7 +26,7 @@ from tests.servers import MlflowServer, free_port, kill_marked
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = [{"row": "none|on", "set": {"attack.schedule": "const"}},
+ROWS = [{"row": "const|on", "set": {"attack.schedule": "const"}},
         {"row": "curious|on", "set": {"attack.schedule": "curious", "attack.t": 1}}]
 
 
@@ -79,7 +79,7 @@ def test_sweep_records_everything_and_resume_adds_nothing(ray_local, teacher_dir
     ray = load_ray_runs(tmp_path / "runs" / "sweeps" / "tracked" / "tune" / "grid").set_index("meta.key")
     ml = load_mlflow_runs(["tracked"], tracking_uri=uri).set_index("meta.key").loc[ray.index]
     cols = [c for c in ray.columns if c.startswith("param.") or c in ("meta.config_hash", "meta.row", "meta.seed")]
-    assert len(ray) == 2 and "param.t" in cols and set(cols) <= set(ml.columns)
+    assert len(ray) == 2 and "param.attack.t" in cols and set(cols) <= set(ml.columns)
     pd.testing.assert_frame_equal(ml[cols], ray[cols])
 
     steps_before = {r.info.run_id: len(history(uri, r, "val/pgd10")) for r in runs}

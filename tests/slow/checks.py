@@ -204,7 +204,7 @@ def check_sweep_on_ray_up(context: dict) -> None:
     parent, teacher, runs = sweep_runs(uri, context["name"], trials)
     logs = [assert_trial_run(uri, run, epochs=epochs, parent_id=parent["info"]["run_id"],
                              teacher_id=teacher["info"]["run_id"]) for run in runs]
-    assert sorted(tags_of(r)["ssat.row"] for r in runs) == ["curious|on", "none|on"], [tags_of(r) for r in runs]
+    assert sorted(tags_of(r)["ssat.row"] for r in runs) == ["curious|on", "const|on"], [tags_of(r) for r in runs]
     assert {tags_of(r)["repro.node"] for r in runs} == {"ssat-head"}, [tags_of(r)["repro.node"] for r in runs]
     assert_teacher_made_once_on_the_driver(context, logs)
 

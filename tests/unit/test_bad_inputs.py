@@ -20,7 +20,7 @@ from ssat.evaluate import load_checkpoint_model
 from ssat.presets import preset
 from ssat.pseudo_labels import PseudoLabelError, load_teacher_outputs
 from ssat.storage import CorruptFileError, save_verified
-from sweeps.paths import SweepError
+from sweeps.errors import SweepError
 from sweeps.spec import SpecError, load_spec, parse_spec
 from tests.fakedata import write_cifar10
 

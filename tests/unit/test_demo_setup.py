@@ -4,8 +4,9 @@ import pandas as pd
 import pytest
 
 from analysis.collect import runs_frame
-from sweeps.demo import SPEC, best_row, setup_text
-from sweeps.paths import SweepError
+from sweeps.demo import SPEC, setup_text
+from sweeps.errors import SweepError
+from sweeps.evaluation import best_row
 from sweeps.spec import load_spec
 
 SHIPPED = ("CPU-sized setup: model cnn-small; 70 epochs of SGD (lr 0.05, x0.1 from epoch 49; batch 32), weights "

@@ -8,12 +8,12 @@ import signal
 
 import pytest
 
-from sweeps.callback import _end_tags
 from sweeps.driver import Interrupt, RunArgs, SweepState, cut_at
 from sweeps.errors import SpecError
+from sweeps.mlflow_callback import _end_tags
+from sweeps.outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs, trial_outcome
 from sweeps.paths import sweep_paths
 from sweeps.spec import parse_spec
-from sweeps.tuners import StageOutcome, TrialOutcome, stage_outcome, top_configs, trial_outcome
 
 BASE = {"name": "s", "preset": "mnist5k-ssat-mbi", "epochs": 4, "overrides": {"optim.lr_milestones": [],
                                                                               "optim.lr_factors": []}}

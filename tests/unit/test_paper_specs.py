@@ -91,7 +91,7 @@ def test_ablation_rows_are_the_papers():
     got = {t.row: (t.config.attack.schedule, t.config.attack.t, t.config.attack.gamma, t.config.method.interpolate)
            for t in load_spec(SPECS / "paper-table2-ablation.yaml").trials()}
     assert got["linear|off"][:2] == ("linear", 60) and got["curious|on"] == ("curious", 70, 1.25, True)
-    assert got["none|off"][0] == "const" and got["none|off"][3] is False
+    assert got["const|off"][0] == "const" and got["const|off"][3] is False
 
 
 def test_supervised_spec_is_trades_plus_ours():

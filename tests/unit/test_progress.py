@@ -1,8 +1,8 @@
 """The sweep's progress lines: trials done out of what the spec asked for, and the time left from measured epochs."""
 from types import SimpleNamespace
 
-import sweeps.progress as progress
-from sweeps.progress import ProgressCallback, duration
+import sweeps.progress_callback as progress
+from sweeps.progress_callback import ProgressCallback, duration
 
 
 class Clock:

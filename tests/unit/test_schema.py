@@ -1,4 +1,4 @@
-"""The tracking schema (sweeps/schema.py): run keys, the record a trial reports and logs, read back by analysis
+"""The tracking schema (sweeps/run_records.py): run keys, the record a trial reports and logs, read back by analysis
 from a Ray results folder and from a real MLflow SQLite store; runs and journals of the code before it."""
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from analysis.specs import schedule_label
 from ssat import faults
 from ssat.config import from_dict
 from ssat.presets import preset
-from sweeps.callback import TrackingCallback
-from sweeps.schema import sweep_record, teacher_record, trial_key
+from sweeps.mlflow_callback import TrackingCallback
+from sweeps.run_records import sweep_record, teacher_record, trial_key
 from sweeps.spec import parse_spec
-from sweeps.trainable import resolve_trial
-from tests.unit.test_tracking_store import store  # noqa: F401  (a fresh real MLflow SQLite store)
+from sweeps.trial_settings import resolve_trial
+from tests.unit import test_tracking_store
+
+store = test_tracking_store.store  # the fixture: a fresh real MLflow SQLite store
 
 # A 10-epoch Linear-6 row run with --epochs 5: it trains t=3 of 5 epochs
 SPEC = {"name": "unit", "preset": "mnist5k-ssat-mbi", "table": "schedules", "column_group": "mnist5k/cnn-small",
@@ -30,8 +32,9 @@ TRAINED = {"method.name": "ssat-mbi", "attack.schedule": "linear", "attack.t": 3
 
 
 def grid_config(spec_meta: bool = True) -> dict:
-    """The Tune config of the spec's trial, as sweeps.tuners.grid_tuner gives it (optionally without spec_*,
-    as a stage built by the code before the run record)."""
+    """The Tune config of the spec's trial as the grid stages before issue 27 wrote it (the old shape
+    sweeps.trial_settings still reads; optionally without spec_*, as a stage built by the code before the run
+    record)."""
     (t,) = parse_spec(SPEC, epochs=5).trials()
     meta = {"sweep": "unit", "table": "schedules", "column_group": "mnist5k/cnn-small", "expected_seeds": 2,
             "cpus": 1, "gpu": 0, "metrics": ["val/pgd10"], "stage": t.stage, "row": t.row, "seed": t.seed,
@@ -121,7 +124,7 @@ def test_mlflow_and_a_ray_folder_give_analysis_the_same_record(store, tmp_path):
                                                                          ("meta.status", "meta.ray_trial_id")))
     assert cols == sorted(c for c in ray.index if c.startswith(("param.", "meta.")) and c != "meta.status")
     pd.testing.assert_series_equal(mlflow[cols], ray[cols], check_names=False)
-    assert (mlflow["meta.key"], mlflow["param.t"], mlflow["param.spec.t"], mlflow["param.spec.epochs"]) == \
+    assert (mlflow["meta.key"], mlflow["param.attack.t"], mlflow["param.spec.t"], mlflow["param.spec.epochs"]) == \
         (rec.key, 3, 6, 10)
     assert mlflow["meta.status"] == "RUNNING" and schedule_label(mlflow) == schedule_label(ray) == "Linear-6/10ep"
 

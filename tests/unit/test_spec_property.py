@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ssat.config import METHODS, SCHEDULES, Config, ConfigError, from_dict
 from ssat.presets import preset
-from sweeps.spec import SEARCH_KEYS, SPEC_KEYS, Spec, SpecError, parse_spec
+from sweeps.spec import SEARCH_KEYS, SPEC_KEYS, Spec, parse_spec
 
 DOTTED = sorted(Config().to_flat())                       # every real dotted key, plus "seed"
 SECTIONS = sorted({k.split(".")[0] for k in DOTTED if "." in k})
@@ -190,7 +190,7 @@ GRID = st.one_of(st.lists(st.one_of(ROWS, ROWS, VALUES), max_size=3),
 
 
 VALID_GRID = {"name": "prop", "preset": "mnist5k-ssat-mbi", "seeds": [0, 1], "resources": {"cpu": 1, "gpu": 0.25},
-              "grid": [{"row": "none|off", "set": {"attack.schedule": "const", "method.interpolate": False}},
+              "grid": [{"row": "const|off", "set": {"attack.schedule": "const", "method.interpolate": False}},
                        {"row": "curious|on", "set": {"attack.t": 5}}]}
 VALID_SEARCH = {"name": "prop", "preset": "mnist5k-ssat-mbi", "seeds": [0],
                 "search": {"num_samples": 4,

@@ -4,8 +4,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweeps.pareto import crowding_thin, pareto_front
-from sweeps.paths import SweepError
+from sweeps.errors import SweepError
+from sweeps.outcomes import crowding_thin, pareto_front
 from sweeps.resources import autoscaler_gpu_types, check_gpu
 from sweeps.space import define_by_run
 from sweeps.spec import SpecError, load_spec, parse_spec

@@ -1,4 +1,11 @@
-"""Every experiment the project creates or reuses is marked as model development; the UI links name the view."""
+"""Every experiment the project creates or reuses is marked as model development; the UI links name the view,
+list the trials flat and, given the store, open a saved view with the table's metric columns (the page itself is
+checked in a real browser by tests/integration/test_mlflow_ui.py)."""
+import json
+import re
+from pathlib import Path
+
+import mlflow
 from mlflow.tracking import MlflowClient
 
 from sweeps.tracking import Tracker, ui_url
@@ -17,5 +24,44 @@ def test_created_and_reused_experiments_carry_the_kind(tmp_path):
 
 
 def test_the_ui_link_opens_the_runs_in_the_model_training_view():
-    assert ui_url("7") == "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+    # sorted by name, not by creation: the table then lists the trials flat instead of folded under the parent
+    assert ui_url("7") == ("http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+                           "&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true")
     assert ui_url("7", "http://127.0.0.1:5001").startswith("http://127.0.0.1:5001/#/experiments/7/runs?")
+
+
+def test_with_the_store_the_link_opens_a_saved_view_of_the_metric_columns(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = Tracker(uri, "sweep", log=lambda s: None).experiment_id
+    url = ui_url(exp, store=uri)
+    key = re.fullmatch(rf"http://127\.0\.0\.1:5000/#/experiments/{exp}/runs\?workflowType=machine_learning"
+                       r"&viewStateShareKey=(ssat-[0-9a-f]{10})", url).group(1)
+    tags = MlflowClient(uri).get_experiment(exp).tags
+    view = json.loads(tags[f"mlflow.sharedViewState.{key}"])  # the envelope the UI's "Save view" writes
+    assert view["name"] == "Trials: test/best/clean, test/best/pgd20, val/pgd10" and isinstance(view["createdAt"], int)
+    columns = ["metrics.`test/best/clean`", "metrics.`test/best/pgd20`", "metrics.`val/pgd10`"]
+    assert json.loads(view["state"]) == {
+        "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True, "runsHiddenMode": "SHOW_ALL",
+        "selectedColumns": columns, "columnOrder": columns, "columnWidths": dict(zip(columns, [150, 150, 102]))}
+    # printed again (a resumed demo): the same link, the view kept as it is (a user may have changed it in the UI)
+    MlflowClient(uri).set_experiment_tag(exp, f"mlflow.sharedViewState.{key}", json.dumps({**view, "name": "mine"}))
+    assert ui_url(exp, store=uri) == url
+    assert json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])["name"] == "mine"
+    # another metric list is another view; a store without the experiment gets the link without a view
+    other = ui_url(exp, "http://127.0.0.1:5001", metrics=("test/best/autoattack",), store=uri)
+    assert other.startswith("http://127.0.0.1:5001/") and "viewStateShareKey=ssat-" in other and key not in other
+    assert ui_url("999", store=uri) == ui_url("999")
+
+
+def test_the_installed_ui_reads_the_view_and_the_facets_the_links_use():
+    """The names ui_url relies on are in MLflow's UI bundle (an upgrade that renames them fails here, without a
+    browser): the share key parameter and tag prefix, the URL parameters the runs page reads, the keys a view's
+    state may set, the sort key of the run name and the charts' show-all mode."""
+    js = "".join(p.read_text(errors="replace")
+                 for p in sorted((Path(mlflow.__file__).parent / "server/js/build/static/js").glob("*.js")))
+    for name in ('"viewStateShareKey"', '"mlflow.sharedViewState."', 'RUN_NAME:"tags.`mlflow.runName`"',
+                 'e.SHOWALL="SHOW_ALL"', '["searchFilter","orderByKey","orderByAsc","startTime","lifecycleFilter",'
+                 '"modelVersionFilter","datasetsFilter"]'):
+        assert name in js, f"{name} is no longer in MLflow's UI bundle"
+    state_keys = re.search(r'\["selectedColumns","columnOrder",[^\]]*\]', js).group(0)
+    assert '"columnWidths"' in state_keys and '"runsHiddenMode"' in state_keys

@@ -1,19 +1,18 @@
 """The Tune callback that writes MLflow from the driver (the single writer), through `Tracker`."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import time
+import traceback
 from pathlib import Path
 
 from ray.tune import Callback
 
-import functools
-import traceback
-
 from .tracking import Tracker, epoch_metrics, final_metrics
-from .trainable import resolve_trial
+from .trial_settings import once_per_trial, resolve_trial
 
 ARTIFACTS = ("best.pt", "best.pt.sha256", "last.pt", "last.pt.sha256", "config.json", "trial.log")
 
@@ -44,7 +43,8 @@ class TrackingCallback(Callback):
     """Per result: find-or-create the trial's run by key, log the epoch; at the end, checkpoints as artifacts.
 
     Holds only plain settings when pickled (Tune stores its callbacks with the experiment), and makes its
-    MLflow client lazily, so `Tuner.restore` brings it back working.
+    MLflow client lazily, so `Tuner.restore` brings it back working. Each trial's settings are resolved once (its
+    Config and run record), at its first hook, not at every result.
     """
 
     def __init__(self, uri: str, experiment: str, sweep_dir: str, parent_run_id: str | None,
@@ -54,12 +54,14 @@ class TrackingCallback(Callback):
         self._tracker: Tracker | None = None
         self._seen: set[str] = set()
         self._resolved: set[str] = set()  # runs whose resolved.precision was sent
+        self._trials: dict[str, tuple] = {}  # Tune's trial id -> its (Config, meta)
 
     def __getstate__(self):
-        return {**self.__dict__, "_tracker": None, "_seen": set(), "_resolved": set()}
+        return {**self.__dict__, "_tracker": None, "_seen": set(), "_resolved": set(), "_trials": {}}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update({"_resolved": set(), **state})  # a callback Tune saved before _resolved existed
+        # a callback Tune saved before _resolved (or _trials) existed
+        self.__dict__.update({"_resolved": set(), "_trials": {}, **state})
 
     @property
     def tracker(self) -> Tracker:
@@ -69,7 +71,7 @@ class TrackingCallback(Callback):
         return self._tracker
 
     def _start(self, trial) -> tuple[str, dict]:
-        cfg, meta = resolve_trial(trial.config)
+        cfg, meta = once_per_trial(self._trials, trial, resolve_trial)
         rec = meta["record"]  # the record the trainable reports (run_json), from the same config
         key = rec.key
         if key not in self._seen:

@@ -1,5 +1,6 @@
-"""One line per epoch and per finished trial, instead of Ray's full status tables; during a trial's final
-evaluation (PGD on the test set, AutoAttack), its progress lines from the trial's log."""
+"""The Tune callback that prints the sweep's progress on the driver: one line per epoch and per finished trial,
+instead of Ray's full status tables; during a trial's final evaluation (PGD on the test set, AutoAttack), its
+progress lines from the trial's log."""
 from __future__ import annotations
 
 import re
@@ -8,15 +9,11 @@ from pathlib import Path
 
 from ray.tune import Callback
 
+from .trial_settings import TrialView, once_per_trial, view
+
 
 def _short(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-
-def _epochs(trial) -> int:
-    """The epochs a trial's config asks for (grid: its config; search: the base the sampler varies)."""
-    cfg = trial.config.get("trial", trial.config)
-    return int(((cfg.get("cfg") or cfg.get("base") or {}).get("optim") or {}).get("epochs") or 0)
 
 
 def duration(seconds: float) -> str:
@@ -50,6 +47,10 @@ class ProgressCallback(Callback):
         self.done: set[str] = set()
         self.logs: dict[str, tuple[Path, int, object]] = {}  # trial id -> (its trial.log, bytes read, trial)
         self.polled = 0.0
+        self.trials: dict[str, TrialView] = {}  # trial id -> what its lines say of it, read once
+
+    def _view(self, trial) -> TrialView:
+        return once_per_trial(self.trials, trial, view)
 
     def eta(self) -> str:
         ran = sum(e - self.first[t] for t, e in self.epoch.items())
@@ -60,9 +61,8 @@ class ProgressCallback(Callback):
 
     def _name(self, trial) -> str:
         """The row and seed; for a search trial, what was sampled (a trial id alone tells a person nothing)."""
-        cfg = trial.config.get("trial", trial.config)
-        meta = cfg.get("meta", {})
-        sampled = ", ".join(f"{k.split('.')[-1]}={_short(v)}" for k, v in cfg.items() if "." in k)
+        meta, sampled, _ = self._view(trial)
+        sampled = ", ".join(f"{k.split('.')[-1]}={_short(v)}" for k, v in sampled.items())
         return f"{meta.get('row') or trial.trial_id}{f' ({sampled})' if sampled else ''} seed {meta.get('seed')}"
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -77,7 +77,7 @@ class ProgressCallback(Callback):
             if trial.trial_id in self.logs:  # what it logged since the last look, then no more
                 self._follow(trial.trial_id)
                 del self.logs[trial.trial_id]
-        elif result.get("work_dir") and epoch + 1 >= _epochs(trial) > 0:
+        elif result.get("work_dir") and epoch + 1 >= self._view(trial).epochs > 0:
             # its last epoch runs now, then the final evaluation: follow its log from here on
             log = Path(result["work_dir"]) / "trial.log"
             self.logs[trial.trial_id] = (log, log.stat().st_size if log.exists() else 0, trial)
@@ -118,7 +118,7 @@ class ProgressCallback(Callback):
             return  # on_trial_result said why it stopped
         if "time/epochs" not in last:  # Tune completes a trial early only when the scheduler stops it
             # its remaining epochs will never run: take them out of what is left
-            self.total_epochs -= max(0, _epochs(trial) - int(last.get("epoch") or 0))
+            self.total_epochs -= max(0, self._view(trial).epochs - int(last.get("epoch") or 0))
             print(f"[sweep] {self._name(trial)}: stopped early by the scheduler after epoch {last.get('epoch')}",
                   flush=True)
             return

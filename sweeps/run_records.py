@@ -1,5 +1,5 @@
-"""The tracking schema (docs/tracking.md) in one place: how a run is keyed, and the tags and parameters it is
-created with, for the sweep's parent run, its teacher runs and its trial runs.
+"""Run records: the tracking schema (docs/tracking.md) in one place. How a run is keyed, and the tags and
+parameters it is created with, for the sweep's parent run, its teacher runs and its trial runs.
 
 A run record is what `Tracker.ensure_run(key, tags, params, name)` takes. The trainable computes its trial's
 record (`trial_record`) and reports it with every result (`run_json`), so a Ray results folder carries
