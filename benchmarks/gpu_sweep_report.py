@@ -50,7 +50,7 @@ def _checkpoints(client, run_id: str) -> dict:
 
 
 def trial_report(client, run) -> dict:
-    tags, epochs = run.data.tags, int(run.data.params.get("epochs", 0))
+    tags, epochs = run.data.tags, int(run.data.params.get("optim.epochs", 0))
     repro = {k: tags.get(f"repro.{k}") for k in REPRO}
     history = {k: [m.step for m in client.get_metric_history(run.info.run_id, k)] for k in PER_EPOCH}
     secs = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "perf/epoch_seconds"),

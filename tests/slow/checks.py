@@ -125,7 +125,7 @@ def assert_trial_run(uri: str, run: dict, *, epochs: int, parent_id: str, teache
     assert tags.get("mlflow.parentRunId") == parent_id, (where, tags.get("mlflow.parentRunId"), parent_id)
     assert tags.get("repro.teacher_run_id") == teacher_id, (where, tags.get("repro.teacher_run_id"), teacher_id)
     assert tags.get("repro.node"), (where, "no repro.node tag")
-    assert params_of(run).get("epochs") == str(epochs), (where, params_of(run).get("epochs"))
+    assert params_of(run).get("optim.epochs") == str(epochs), (where, params_of(run).get("optim.epochs"))
 
     keys = metric_keys(run)
     per_epoch = [k for k in keys if k.startswith(EPOCH_PREFIXES)]
@@ -204,7 +204,7 @@ def check_sweep_on_ray_up(context: dict) -> None:
     parent, teacher, runs = sweep_runs(uri, context["name"], trials)
     logs = [assert_trial_run(uri, run, epochs=epochs, parent_id=parent["info"]["run_id"],
                              teacher_id=teacher["info"]["run_id"]) for run in runs]
-    assert sorted(tags_of(r)["ssat.row"] for r in runs) == ["curious|on", "const|on"], [tags_of(r) for r in runs]
+    assert sorted(tags_of(r)["ssat.row"] for r in runs) == ["const|on", "curious|on"], [tags_of(r) for r in runs]
     assert {tags_of(r)["repro.node"] for r in runs} == {"ssat-head"}, [tags_of(r)["repro.node"] for r in runs]
     assert_teacher_made_once_on_the_driver(context, logs)
 
