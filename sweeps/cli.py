@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
+from pathlib import Path
 
 from ssat import faults
 from ssat.config import ConfigError, parse_overrides
@@ -12,7 +14,7 @@ from ssat.pseudo_labels import PseudoLabelError
 
 from .driver import RunArgs, load_run_spec, resume_sweep, run_sweep, stop_sweep, sweep_status, sync_sweep
 from .dryrun import dry_run
-from .errors import SweepError
+from .errors import SweepError, UsageError
 from .tracking import TrackingUnavailable
 
 
@@ -27,12 +29,12 @@ def cmd_run(args) -> int:
     if args.dry_run:
         dry_run(load_run_spec(args.spec, run), verbose=args.verbose, gpu=args.gpu, json_path=args.json)
         return 0
-    return run_sweep(args.spec, run, workdir=args.workdir, tracking_uri=args.tracking_uri)
+    return run_sweep(args.spec, run, workdir=args.workdir, tracking_uri=args.tracking_uri, command=args.command)
 
 
 def cmd_resume(args) -> int:
     return resume_sweep(args.name, workdir=args.workdir, rerun_failed=args.rerun_failed, address=args.address,
-                        tracking_uri=args.tracking_uri)
+                        tracking_uri=args.tracking_uri, command=args.command)
 
 
 def cmd_status(args) -> int:
@@ -45,7 +47,27 @@ def cmd_stop(args) -> int:
 
 
 def cmd_sync(args) -> int:
-    return sync_sweep(args.name, workdir=args.workdir, timeout=args.timeout)
+    return sync_sweep(args.name, workdir=args.workdir, timeout=args.timeout, command=args.command)
+
+
+def check_args(args) -> None:
+    """What the spec does not check of the command line, before anything runs; each error names its option."""
+    flag = "--workdir" + (" ($SSAT_STORAGE_PATH)" if os.environ.get("SSAT_STORAGE_PATH") == args.workdir else "")
+    w = Path(args.workdir)
+    first = next((p for p in (w, *w.parents) if p.exists()), w)  # the folder itself, or where it would be made
+    if first.exists() and not first.is_dir():
+        where = "is a file" if first == w else f"is below {first}, which is a file"
+        raise UsageError(f"{flag} {args.workdir}: {where}, not a folder; give the folder that holds (or will "
+                         "hold) runs/, mlflow.db and mlartifacts/")
+    writes = args.cmd in ("run", "resume", "sync", "demo") and not getattr(args, "dry_run", False)
+    if writes and first.exists() and not os.access(first, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {args.workdir}: {first} is not writable by this user")
+    failures = getattr(args, "max_failures", None)
+    if failures is not None and failures < -1:
+        raise UsageError(f"--max-failures: {failures}; allowed: -1 (retry a crashed trial forever, as Ray Tune "
+                         "reads -1), 0 (never retry) or a number of retries")
+    if getattr(args, "timeout", 0) < 0:
+        raise UsageError(f"--timeout: {args.timeout}; allowed: seconds >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only these rows of a grid spec (quote them: 'linear|on')")
     r.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     r.add_argument("--max-concurrent", type=int, default=None)
-    r.add_argument("--max-failures", type=int, default=2, help="retries of a crashed trial from its checkpoint")
+    r.add_argument("--max-failures", type=int, default=2,
+                   help="retries of a crashed trial from its checkpoint (default 2; 0: none; -1: retry forever, "
+                        "as in Ray Tune)")
     r.add_argument("--name", default=None, help="sweep name (default: the spec's)")
     r.add_argument("--dry-run", action="store_true", help="print every trial, its schedules and cost; start nothing")
     r.add_argument("--verbose", action="store_true", help="with --dry-run: every trial's full config and per-epoch values")
@@ -77,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("name")
         if name == "resume":
-            p.add_argument("--rerun-failed", action="store_true", help="also re-run trials that failed")
+            p.add_argument("--rerun-failed", action="store_true", help="also re-run failed trials, from their first epoch (without it they resume "
+                                                        "from their checkpoints; a trial stopped for NaN is not re-run)")
             p.add_argument("--address", default=None)
             p.add_argument("--tracking-uri", default=None, help="a new address of the tracking server (e.g. after "
                                                                 "a SLURM re-submit moved the head)")
@@ -100,12 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # explicit: CLI clients fail on a token cluster otherwise; a cluster may set token
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command = "python -m sweeps " + shlex.join(argv)  # what driver.lock says drives the sweep
     try:
         try:
             faults.parse(os.environ.get("SSAT_FAULT", ""))  # a test's typo must fail here, not in a trial
         except ValueError as exc:
             raise SweepError(str(exc)) from None
+        check_args(args)
         if args.cmd == "demo":
             from .demo import run_demo
 

@@ -7,12 +7,18 @@ Stages in order: teacher (one per split, on the driver) -> grid, or search then 
 counts its trials against what the spec asked for, never against what Tune happened to create. Ctrl+C (SIGINT,
 also `python -m sweeps stop`) stops the sweep in the stage it reaches: Tune saves its state, the runs it cut end
 as KILLED in MLflow with the reason, the driver says INCOMPLETE, prints the resume command and returns 1; no
-later stage starts. Everything `resume` needs is in <sweep dir>/sweep.json (`SweepState`).
+later stage starts. A stage that ends incomplete for another reason (failed trials, an error) ends the sweep's
+run FAILED with the reason; no run of the sweep is left RUNNING either way. Everything `resume` needs is in
+<sweep dir>/sweep.json (`SweepState`).
+
+One driver per sweep: `run`, `resume` and `sync` hold <sweep dir>/driver.lock (sweeps/driver_lock.py) from
+before their first write to their end; another is refused (exit code 2) while that driver lives.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -21,13 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import SweepError
+from ssat.config import ConfigError
+
+from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, hold, inspect, leftover_ray_processes,
+                          proc_start_ticks)
+from .errors import SweepError, UsageError
 from .outcomes import TrialOutcome, stage_outcome, top_configs
 from .paths import Paths, sweep_paths
 from .provenance import code_version
 from .resources import check_gpu, init_ray
 from .run_records import sweep_key, sweep_record
-from .spec import Spec, parse_spec, read_yaml
+from .spec import NAME_RE, Spec, parse_spec, read_yaml
 from .teacher_stage import teacher_stage
 from .tracking import Tracker, check_reachable, resolve_uri, ui_url
 from .tuners import grid_tuner, restore_tuner, search_tuner
@@ -60,9 +70,9 @@ class SweepState:
     source: dict
     tracking_uri: str
     args: RunArgs
-    phases: dict[str, str] = field(default_factory=dict)   # stage -> "running" | "done"
-    status: str = "running"                                 # "running" | "done"
-    driver_pid: int | None = None
+    phases: dict[str, str] = field(default_factory=dict)   # stage -> "running" (started) | "done"
+    status: str = "running"            # "running" (a driver holds it) | "incomplete" (resume it) | "done"
+    driver_pid: int | None = None      # the last driver (who holds the sweep now: driver.lock)
     code: dict = field(default_factory=dict)
     created: str = ""
     confirm_configs: list[dict] | None = None
@@ -130,60 +140,154 @@ class Interrupt:
             self.in_tune = False
 
 
+FLAGS = (("sets", "--set"), ("epochs", "--epochs"), ("seeds", "--seeds"), ("max_concurrent", "--max-concurrent"),
+         ("rows", "--rows"), ("data_root", "--data-root"), ("cpu_only", "--cpu-only"))
+
+
+def check_name_flag(name: str) -> None:
+    """--name follows the spec's rules for a name (it names folders and the MLflow experiment)."""
+    if not NAME_RE.fullmatch(name) or ".." in name:
+        raise UsageError(f"--name: {name!r}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders and "
+                         "the MLflow experiment, so no '/' or '..')")
+
+
 def load_run_spec(spec_path: str | Path, args: RunArgs) -> Spec:
-    """The spec file with the run's options applied (and renamed by `args.name`), fully validated."""
+    """The spec file with the run's options applied (and renamed by `args.name`), fully validated. A mistake that
+    only a command-line option makes is reported as that option's (`--set KEY=VALUE: ...`), not the file's."""
     raw = read_yaml(spec_path)
     if args.name:
+        check_name_flag(args.name)
         raw["name"] = args.name
-    return parse_spec(raw, str(spec_path), epochs=args.epochs, seeds=args.seeds, sets=args.sets,
-                      cpu_only=args.cpu_only, max_concurrent=args.max_concurrent, data_root=args.data_root,
-                      rows=args.rows)
+    given = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds), ("sets", args.sets),
+                               ("cpu_only", args.cpu_only), ("max_concurrent", args.max_concurrent),
+                               ("data_root", args.data_root), ("rows", args.rows))
+             if v is not None and v is not False and v != {}}
+    try:
+        return parse_spec(raw, str(spec_path), **given)
+    except ConfigError as exc:
+        raise _blame_options(raw, str(spec_path), given, exc) from None
+
+
+def _blame_options(raw: dict, path: str, given: dict, exc: ConfigError) -> ConfigError:
+    """The spec error `exc` said as the options' when the spec alone is valid: the first option that fails on its
+    own (for --set: the items that do), else all of them together."""
+    def fails(**opts) -> bool:
+        try:
+            parse_spec(raw, path, **opts)
+        except ConfigError:
+            return True
+        return False
+
+    if not given or fails():
+        return exc  # the file's own mistake (or no option at all)
+    blamed = next(({k: v} for k, v in given.items() if fails(**{k: v})), given)
+    if set(blamed) == {"sets"} and len(given["sets"]) > 1:
+        blamed = {"sets": {k: v for k, v in given["sets"].items() if fails(sets={k: v})} or given["sets"]}
+    flags = " with ".join(_flag_text(k, v) for k, v in blamed.items())
+    msg = str(exc).removeprefix(f"{path}: ")
+    if all(dict(FLAGS)[k] in msg for k in blamed):  # it names its option already (--epochs, --rows)
+        return type(exc)(f"{msg} (spec {path})")
+    return type(exc)(f"{flags}: {msg} (spec {path})")
+
+
+def _flag_text(key: str, value) -> str:
+    flag = dict(FLAGS)[key]
+    if key == "sets":
+        return flag + " " + " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in value.items())
+    if key == "cpu_only":
+        return flag
+    return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+
+
+def _lost_lock(other: LockInfo | None) -> None:
+    """Another driver took this sweep's lock (this one's heartbeat went stale, e.g. its file system stalled for
+    over a minute): stop at once, writing nothing more, so the two never both write the sweep."""
+    print("[driver] exiting now: another driver took over this sweep (resume it from one machine only)", flush=True)
+    os._exit(3)
+
+
+def _refuse_if_driven(paths: Paths) -> None:
+    """DriverBusy when a live driver holds the sweep (read only: nothing is written)."""
+    lock, verdict = inspect(paths.sweep_dir)
+    if lock is not None and verdict.live:
+        raise DriverBusy(busy_message(paths.name, lock, verdict, paths.workdir))
+
+
+def finished_message(paths: Paths, state: SweepState, spec_path: str | Path) -> str:
+    root = paths.workdir / "runs" / "sweeps"
+    free = next(f"{paths.name}-{i}" for i in itertools.count(2) if not (root / f"{paths.name}-{i}").exists())
+    return (f"sweep {paths.name} is already finished (started {state.created or 'earlier'}); nothing was run. Its runs "
+            f"are in {state.tracking_uri}, experiment {paths.name} (`python -m sweeps status {paths.name} --workdir "
+            f"{paths.workdir}`); its state is in {paths.sweep_dir}. To run it again, give it another name: "
+            f"`python -m sweeps run {spec_path} --name {free} --workdir {paths.workdir}` (with your other options)")
 
 
 def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = ".", tracking_uri: str | None = None,
-              log: Log = print) -> int:
-    """Start a sweep; 0 when every stage finished, 1 when it is incomplete (it says how to resume)."""
+              log: Log = print, command: str | None = None) -> int:
+    """Start a sweep; 0 when every stage finished, 1 when it is incomplete (it says how to resume). A sweep of
+    that name that exists is refused, writing nothing: finished (run it under another --name), driven by a live
+    driver, or unfinished (resume it)."""
     spec = load_run_spec(spec_path, args)
     paths = sweep_paths(workdir, spec.name)
+    if paths.state.exists() and SweepState.load(paths).status == "done":
+        raise SweepError(finished_message(paths, SweepState.load(paths), spec_path))
     from ssat.datasets import check_root
 
     for cfg in spec.configs():
         check_root(cfg.data.dataset, cfg.data.root)
     uri = resolve_uri(tracking_uri, paths.workdir)
-    check_reachable(uri)
-    if paths.state.exists() and SweepState.load(paths).status != "done":
-        raise SweepError(f"sweep {spec.name} already exists in {paths.sweep_dir} and is not finished; use "
-                         f"`python -m sweeps resume {spec.name}` or another --name")
-    paths.sweep_dir.mkdir(parents=True, exist_ok=True)
-    state = SweepState(name=spec.name, spec_path=str(spec_path), source=spec.source, tracking_uri=uri, args=args,
-                       driver_pid=os.getpid(), code=code_version(), created=time.strftime("%Y-%m-%d %H:%M:%S"))
-    state.save(paths)
-    return execute(spec, paths, state, log=log)
+    unfinished = (f"sweep {spec.name} already exists in {paths.sweep_dir} and is not finished; use "
+                  f"`python -m sweeps resume {spec.name} --workdir {paths.workdir}` or another --name")
+    if paths.state.exists():
+        _refuse_if_driven(paths)
+        raise SweepError(unfinished)
+    with hold(paths.sweep_dir, command or f"python -m sweeps run {spec_path}", name=spec.name,
+              workdir=paths.workdir, log=log, on_lost=_lost_lock) as lock:
+        if paths.state.exists():  # made meanwhile by a driver that has ended since
+            raise SweepError(unfinished)
+        check_reachable(uri)
+        state = SweepState(name=spec.name, spec_path=str(spec_path), source=spec.source, tracking_uri=uri,
+                           args=args, driver_pid=os.getpid(), code=code_version(),
+                           created=time.strftime("%Y-%m-%d %H:%M:%S"))
+        state.save(paths)
+        return execute(spec, paths, state, log=log, lock=lock)
 
 
 def resume_sweep(name: str, *, workdir: str | Path = ".", rerun_failed: bool = False, address: str | None = None,
-                 tracking_uri: str | None = None, log: Log = print) -> int:
+                 tracking_uri: str | None = None, log: Log = print, command: str | None = None) -> int:
     """Continue a sweep where it stopped: the stage that was cut (its interrupted trials from their
-    checkpoints, a search up to its num_samples), then the later stages."""
+    checkpoints, a search up to its num_samples), then the later stages. Refused while another driver lives."""
     paths = sweep_paths(workdir, name)
-    state = SweepState.load(paths)
-    if address:
-        state.args.address = address
-    if tracking_uri:
-        state.tracking_uri = tracking_uri
-    check_reachable(state.tracking_uri)
-    state.driver_pid, state.status = os.getpid(), "running"
-    state.save(paths)
-    return execute(state.spec(), paths, state, resume=True, rerun_failed=rerun_failed, log=log)
+    SweepState.load(paths)  # "no sweep named ..." before anything is written
+    with hold(paths.sweep_dir, command or f"python -m sweeps resume {name}", name=name, workdir=paths.workdir,
+              log=log, on_lost=_lost_lock) as lock:
+        state = SweepState.load(paths)  # as the last driver left it
+        if address:
+            state.args.address = address
+        if tracking_uri:
+            state.tracking_uri = tracking_uri
+        check_reachable(state.tracking_uri)
+        state.driver_pid, state.status = os.getpid(), "running"
+        state.save(paths)
+        return execute(state.spec(), paths, state, resume=True, rerun_failed=rerun_failed, log=log, lock=lock)
 
 
 def resume_command(paths: Paths) -> str:
     return f"python -m sweeps resume {paths.name} --workdir {paths.workdir}"
 
 
+def _ray_session_dir() -> str | None:
+    with contextlib.suppress(Exception):
+        import ray
+
+        return ray._private.worker._global_node.get_session_dir_path()
+    return None
+
+
 def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, rerun_failed: bool = False,
-            log: Log = print) -> int:
-    """Run (or resume) every stage of a sweep; 0 when every trial finished, 1 otherwise."""
+            log: Log = print, lock: DriverLock | None = None) -> int:
+    """Run (or resume) every stage of a sweep; 0 when every trial finished, 1 otherwise. On an error the sweep's
+    run ends FAILED with it, the state says "incomplete", and the error goes on to the caller."""
     tracker = Tracker(state.tracking_uri, spec.name, artifact_root=paths.workdir / "mlartifacts",
                       spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
     run = sweep_record(spec.name, spec.table, state.spec_path, spec.preset, state.code)
@@ -201,7 +305,10 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
             t0 = time.perf_counter()
             teacher_runs = teacher_stage(spec.configs(), tracker, spec.name, paths.teacher_dir, log=log)
             log(f"[stage] teacher: {time.perf_counter() - t0:.1f} s")
+            stage = "ray"
             init_ray(state.args.address)
+            if lock is not None and not state.args.address:
+                lock.update(ray_session=_ray_session_dir())
             check_gpu(spec)
             meta = {**state.code, "teacher_dir": str(paths.teacher_dir), "compile_cache": str(paths.compile_cache),
                     "teacher_run_id": next(iter(teacher_runs.values()), None)}
@@ -213,6 +320,10 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
                     return _incomplete(paths, state, tracker, parent, stage, why, interrupt.requested, log)
     except KeyboardInterrupt:
         return _incomplete(paths, state, tracker, parent, stage, "", True, log)
+    except Exception as exc:
+        _incomplete(paths, state, tracker, parent, stage, f"stopped by {type(exc).__name__}: {str(exc)[:300]}",
+                    False, log, error=True)
+        raise
     tracker.set_tags(parent, {"ssat.status": "FINISHED"})
     tracker.end(parent, "FINISHED")
     tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
@@ -277,20 +388,70 @@ def cut_at(t: TrialOutcome) -> str:
 
 
 def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, why: str,
-                interrupted: bool, log: Log) -> int:
+                interrupted: bool, log: Log, error: bool = False) -> int:
+    """The sweep stops short: its run ends KILLED (Ctrl+C) or FAILED (trials that did not finish, an error) with
+    the reason in `ssat.status`, no run of it is left RUNNING, and its state says "incomplete" (no driver)."""
     why = "interrupted (Ctrl+C)" if interrupted else why
-    if interrupted:
-        tracker.set_tags(parent, {"ssat.status": f"KILLED: interrupted (Ctrl+C) in stage {stage}"})
-        tracker.end(parent, "KILLED")
-    state.save(paths)
-    tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
+    end, reason = (("KILLED", f"KILLED: interrupted (Ctrl+C) in stage {stage}") if interrupted
+                   else ("FAILED", f"FAILED: stage {stage} {why}"))
+    try:
+        tracker.set_tags(parent, {"ssat.status": f"{reason}; resume with: {resume_command(paths)}"})
+        tracker.end(parent, end)
+        _end_left_running(tracker, parent, f"KILLED: the sweep stopped in stage {stage} ({why}) while this run "
+                                           f"was RUNNING; resume with: {resume_command(paths)}", log)
+        state.status = "incomplete"
+        state.save(paths)
+        tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
+    except Exception as exc:
+        if not error:
+            raise
+        log(f"[driver] could not record the sweep's end ({type(exc).__name__}: {exc})")  # the error itself goes on
     log(f"sweep {state.name} is INCOMPLETE: stage {stage} {why}. Resume with:\n  {resume_command(paths)}"
-        + ("" if interrupted else "  (add --rerun-failed to re-run failed trials)"))
+        + ("" if interrupted or error else "  (add --rerun-failed to re-run failed trials)"))
     return 1
 
 
+def _end_left_running(tracker: Tracker, parent: str, tags_status: str, log: Log) -> None:
+    """The last guard: every run of the sweep's experiment still RUNNING (but its own run, ended apart) ends
+    KILLED with the reason. Runs already ended keep their end (`Tracker.kill` only ends a RUNNING run)."""
+    try:
+        running = tracker.client.search_runs([tracker.experiment_id], "attributes.status = 'RUNNING'",
+                                             max_results=5000)
+    except Exception as exc:  # the store is away: its runs are ended when it is back and the sweep resumes
+        log(f"[tracking] could not look for runs left RUNNING ({type(exc).__name__})")
+        return
+    for r in running:
+        key = r.data.tags.get("ssat.key")
+        if key and key != parent:
+            tracker.kill(key, {"ssat.status": tags_status})
+
+
+def _driver_lines(paths: Paths, state: SweepState) -> list[str]:
+    """Who drives the sweep, from its driver.lock: a live driver and its heartbeat, or a dead one (and what its
+    local Ray left running), or none."""
+    lock, verdict = inspect(paths.sweep_dir)
+    resume = f"resume with `{resume_command(paths)}`"
+    if lock is not None and verdict.live:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lock.started))
+        return [f"driver: pid {lock.pid} on host {lock.host} runs (`{lock.command}`, since {since}); last heartbeat "
+                f"{max(verdict.age, 0):.0f} s ago"]
+    if lock is not None:
+        lines = [f"driver pid {lock.pid} is not running ({verdict.reason}, host {lock.host}); {resume}"]
+        left = leftover_ray_processes(lock.ray_session) if lock.host == Host.here().name else []
+        if left:
+            lines.append("its local Ray left these running: " + ", ".join(f"pid {p} ({n})" for p, n in left)
+                         + "; they train nothing and exit on their own (or now: `kill "
+                         + " ".join(str(p) for p, _ in left) + "`)")
+        return lines
+    if state.status == "running":  # no lock: a driver older than driver.lock, known by its pid alone
+        alive = state.driver_pid is not None and proc_start_ticks(state.driver_pid) is not None
+        return [f"driver pid {state.driver_pid} may still run (it left no driver.lock: an older version)" if alive
+                else f"driver pid {state.driver_pid} is not running; {resume}"]
+    return [f"no driver; {resume}"] if state.status == "incomplete" else []
+
+
 def sweep_status(name: str, *, workdir: str | Path = ".") -> str:
-    """The sweep's stages and its trial runs by status, as lines for a person."""
+    """The sweep's stages, its driver and its trial runs by status, as lines for a person."""
     from mlflow.tracking import MlflowClient
 
     paths = sweep_paths(workdir, name)
@@ -305,7 +466,7 @@ def sweep_status(name: str, *, workdir: str | Path = ".") -> str:
     for r in runs:
         s = r.data.tags.get("ssat.status", r.info.status).split(":")[0]
         by[s] = by.get(s, 0) + 1
-    lines = [f"sweep {spec.name}: {state.status}, phases {state.phases}, driver pid {state.driver_pid}",
+    lines = [f"sweep {spec.name}: {state.status}, phases {state.phases}", *_driver_lines(paths, state),
              f"trials expected {expected}; runs by status: {json.dumps(by)}"]
     for r in sorted(runs, key=lambda r: (r.data.tags.get("ssat.row", ""), r.data.tags.get("ssat.seed", ""))):
         m, tags = r.data.metrics, r.data.tags
@@ -315,25 +476,57 @@ def sweep_status(name: str, *, workdir: str | Path = ".") -> str:
 
 
 def stop_sweep(name: str, *, workdir: str | Path = ".") -> int:
-    """Ctrl+C for a driver running elsewhere: SIGINT to its pid (it stops in the stage it is in)."""
+    """Ctrl+C for a driver running elsewhere: SIGINT to the process driver.lock names (it stops in the stage it is
+    in), only when it is that process: same host and boot, same start time (never a pid reused since)."""
     paths = sweep_paths(workdir, name)
-    pid = SweepState.load(paths).driver_pid
-    try:
-        os.kill(pid, signal.SIGINT)
-    except (ProcessLookupError, TypeError):
-        print(f"sweep {name}: no driver running (pid {pid})")
+    state = SweepState.load(paths)
+    lock, verdict = inspect(paths.sweep_dir)
+    here, after = Host.here(), f"resume it with `{resume_command(paths)}`"
+    if lock is None:
+        print(f"sweep {name}: no driver holds it (no driver.lock in {paths.sweep_dir}); nothing signalled"
+              + ("; it is finished" if state.status == "done" else f"; {after}"))
         return 1
-    print(f"sent SIGINT to the driver of {name} (pid {pid}); resume with `{resume_command(paths)}`")
+    if lock.host != here.name or not lock.boot_id or lock.boot_id != here.boot_id:
+        print(f"sweep {name}: its driver, pid {lock.pid}, is on host {lock.host}, not this one ({here.name}): nothing "
+              f"signalled; run `python -m sweeps stop {name}` there"
+              + ("" if verdict.live else f" (it may be gone: {verdict.reason})"))
+        return 1
+    if not verdict.live:
+        print(f"sweep {name}: driver pid {lock.pid} is not running ({verdict.reason}); nothing signalled; {after}")
+        return 1
+    if lock.start_ticks is None:
+        print(f"sweep {name}: driver.lock gives no start time for pid {lock.pid}, so it cannot be told from a reused "
+              f"pid: nothing signalled; interrupt the driver where it runs (Ctrl+C)")
+        return 1
+    try:
+        fd = os.pidfd_open(lock.pid)  # pins the process: checked, then signalled, with no reuse in between
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        if proc_start_ticks(lock.pid) != lock.start_ticks:
+            print(f"sweep {name}: driver pid {lock.pid} ended just now; nothing signalled; {after}")
+            return 1
+        if fd is not None:
+            signal.pidfd_send_signal(fd, signal.SIGINT)
+        else:
+            os.kill(lock.pid, signal.SIGINT)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    print(f"sent SIGINT to the driver of {name} (pid {lock.pid}, `{lock.command}`): it stops in the stage it is in; "
+          f"{after}")
     return 0
 
 
-def sync_sweep(name: str, *, workdir: str | Path = ".", timeout: float = 30.0) -> int:
-    """Send the tracking operations that drivers of this sweep left unsent (spool and dead drivers' journals)."""
+def sync_sweep(name: str, *, workdir: str | Path = ".", timeout: float = 30.0, command: str | None = None) -> int:
+    """Send the tracking operations that drivers of this sweep left unsent (spool and dead drivers' journals).
+    Refused while a driver runs the sweep (it sends its own, and its journal is not a dead driver's)."""
     paths = sweep_paths(workdir, name)
     state = SweepState.load(paths)
-    t = Tracker(state.tracking_uri, state.name, artifact_root=paths.workdir / "mlartifacts",
-                spool=paths.sweep_dir / "tracking_spool.jsonl")
-    n = len(t.queue)
-    ok = t.flush(timeout=timeout)
+    with hold(paths.sweep_dir, command or f"python -m sweeps sync {name}", name=name, workdir=paths.workdir):
+        t = Tracker(state.tracking_uri, state.name, artifact_root=paths.workdir / "mlartifacts",
+                    spool=paths.sweep_dir / "tracking_spool.jsonl")
+        n = len(t.queue)
+        ok = t.flush(timeout=timeout)
     print(f"sync {name}: {n} spooled operation(s); {'all sent' if ok else 'store still unreachable, kept'}")
     return 0 if ok else 1

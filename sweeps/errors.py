@@ -10,6 +10,10 @@ class SweepError(RuntimeError):
     """A sweep that cannot start or did not finish; the message says what to do."""
 
 
+class UsageError(SweepError):
+    """A command-line option with a value it cannot take; the message names the option."""
+
+
 class SpecError(ConfigError):
     """A sweep spec mistake; the message names the spec file, the field, the value and what is allowed."""
 

@@ -3,6 +3,8 @@ precedence) and `python -m ssat.train`'s main on a tiny run (its outputs, its fl
 import argparse
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,23 @@ def test_the_readmes_commands_make_a_valid_config(module):
     for argv in commands:
         args = mod.parser().parse_args(argv)
         config_from_args(args, epochs=getattr(args, "epochs", None))
+
+
+def test_an_ssat_module_runs_without_runpys_warning():
+    """`python -m ssat.evaluate` (train, teacher, datasets too) must not find its module already imported by the
+    package (runpy's RuntimeWarning "found in sys.modules", and two copies of the module): the package imports
+    its public names when first used."""
+    root = Path(__file__).resolve().parents[2]
+    code = "import sys, ssat; print(sorted(m for m in sys.modules if m.startswith('ssat.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    res = subprocess.run([sys.executable, "-m", "ssat.evaluate", "--help"], cwd=root, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and "usage: python -m ssat.evaluate" in res.stdout, res.stderr
+    assert "found in sys.modules" not in res.stderr and "RuntimeWarning" not in res.stderr, res.stderr
+    import ssat
+    from ssat import Trainer, evaluate_model
+
+    assert Trainer is TR.Trainer and evaluate_model.__module__ == "ssat.evaluate" and "Trainer" in dir(ssat)
+    with pytest.raises(AttributeError, match="no attribute 'Trainerr'"):
+        ssat.Trainerr

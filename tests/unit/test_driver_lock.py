@@ -1,0 +1,290 @@
+"""One driver per sweep (sweeps/driver_lock.py): the judgement of a lock from (lock, now, this host, the process
+table), then the lock file itself with real files and real processes: a `sleep` subprocess as a live driver, a
+dead pid, a live pid with another start time (a reused pid), an old heartbeat of another host; taking over, the
+heartbeat, release, and what `status`, `stop` and `sync` make of a lock."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeps import driver_lock as DL
+from sweeps.driver import RunArgs, SweepState, _driver_lines, stop_sweep, sync_sweep
+from sweeps.driver_lock import DriverBusy, Host, LockInfo, judge, proc_start_ticks
+from sweeps.paths import sweep_paths
+
+HERE = Host.here()
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture
+def sleeper():
+    """A live process that is not this one: a driver stand-in."""
+    proc = subprocess.Popen(["sleep", "300"])
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def dead_pid() -> int:
+    """A pid whose process has ended and been reaped."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def lock_of(pid: int, *, host: str = HERE.name, boot_id: str = HERE.boot_id, start: int | None = None,
+            heartbeat: float = NOW, command: str = "python -m sweeps run s.yaml") -> LockInfo:
+    start = proc_start_ticks(pid) if start is None else start
+    return LockInfo(pid, host, boot_id, start, heartbeat - 30, heartbeat, command, f"token-{pid}-{start}")
+
+
+def table(entries: dict[int, int]):
+    return entries.get
+
+
+# ---- the judgement (pure) ------------------------------------------------------------------------------------
+def test_on_this_host_the_process_table_decides():
+    here = Host("vm", "boot-1", NOW - 3600, 100)
+    lock = LockInfo(42, "vm", "boot-1", 5000, NOW - 100, NOW - 90, "cmd", "t")
+    assert judge(lock, NOW, here, table({42: 5000})).live  # alive, however old its heartbeat
+    gone = judge(lock, NOW, here, table({}))
+    assert not gone.live and gone.reason == "no process 42 on this host"
+    reused = judge(lock, NOW, here, table({42: 7000}))
+    assert not reused.live and reused.reason.startswith("pid 42 is now another process (started ")
+    assert judge(dataclasses.replace(lock, start_ticks=None), NOW, here, table({42: 7000})).live  # nothing to compare
+
+
+def test_elsewhere_the_heartbeat_decides():
+    here = Host("vm", "boot-1", NOW - 3600, 100)
+    other = LockInfo(42, "node-2", "boot-9", 5000, NOW - 100, NOW - 59, "cmd", "t")
+    assert judge(other, NOW, here, table({})).live  # the process table of this host says nothing about node-2
+    old = judge(dataclasses.replace(other, heartbeat=NOW - 61), NOW, here, table({42: 5000}))
+    assert not old.live and old.reason == "no heartbeat for 61 s (over 60 s)"
+    # this host before its last boot: gone, whatever the heartbeat's age
+    before = dataclasses.replace(other, host="vm", heartbeat=NOW - 3700)
+    assert not judge(before, NOW - 3690, here, table({42: 5000})).live
+    # a system without /proc (no boot id): the heartbeat decides
+    assert judge(dataclasses.replace(other, host="vm", boot_id=""), NOW, Host("vm", "", 0.0, 100), table({})).live
+
+
+def test_process_start_ticks_tell_a_live_process_from_a_dead_or_zombie_one(sleeper):
+    assert proc_start_ticks(os.getpid()) is not None
+    assert proc_start_ticks(sleeper.pid) is not None and proc_start_ticks(sleeper.pid) != proc_start_ticks(1)
+    assert proc_start_ticks(dead_pid()) is None
+    zombie = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1][0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc_start_ticks(zombie.pid) is None  # ended, not reaped yet: dead all the same
+    zombie.wait()
+
+
+# ---- the lock file: real files, real processes ---------------------------------------------------------------
+def write_lock(sweep_dir: Path, lock: LockInfo) -> Path:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    path = sweep_dir / DL.LOCK_FILE
+    path.write_bytes(lock.to_json())
+    return path
+
+
+def take(sweep_dir: Path, log=None) -> DL.DriverLock:
+    return DL.acquire(sweep_dir, "python -m sweeps resume s", name="s", workdir=sweep_dir.parent,
+                      log=(log if log is not None else (lambda line: None)))
+
+
+def test_a_live_driver_refuses_another_naming_itself_and_what_to_do(tmp_path, sleeper):
+    path = write_lock(tmp_path / "s", lock_of(sleeper.pid, heartbeat=time.time() - 4))
+    before = path.read_bytes()
+    with pytest.raises(DriverBusy) as info:
+        take(tmp_path / "s")
+    msg = str(info.value)
+    assert msg.startswith(f"sweep s already has a driver: pid {sleeper.pid} on host {HERE.name} "
+                          "(`python -m sweeps run s.yaml`, since ")
+    assert "last heartbeat 4 s ago" in msg
+    assert f"`python -m sweeps status s --workdir {tmp_path}`" in msg
+    assert f"`python -m sweeps stop s --workdir {tmp_path}`" in msg and "wait for it to finish" in msg
+    assert path.read_bytes() == before  # untouched
+
+
+@pytest.mark.parametrize("case", ["dead pid", "reused pid", "old heartbeat of another host", "unreadable"])
+def test_a_dead_drivers_lock_is_taken_over_in_one_line(tmp_path, sleeper, case):
+    lock = {"dead pid": lambda: lock_of(dead_pid(), start=12345),
+            "reused pid": lambda: lock_of(sleeper.pid, start=proc_start_ticks(sleeper.pid) - 1),
+            "old heartbeat of another host": lambda: lock_of(4242, host="node-2", boot_id="b", start=1,
+                                                             heartbeat=time.time() - 75),
+            "unreadable": lambda: None}[case]()
+    if lock is None:
+        path = tmp_path / "s" / DL.LOCK_FILE
+        path.parent.mkdir()
+        path.write_text("{torn")
+        os.utime(path, (time.time() - 120, time.time() - 120))
+    else:
+        write_lock(tmp_path / "s", lock)
+    lines = []
+    held = take(tmp_path / "s", lines.append)
+    try:
+        assert len(lines) == 1 and lines[0].startswith("[driver] took over driver.lock from pid "), lines
+        reason = {"dead pid": "no process", "reused pid": "is now another process", "unreadable": "no heartbeat for 12",
+                  "old heartbeat of another host": "no heartbeat for 75 s (over 60 s)"}[case]
+        assert reason in lines[0], lines
+        mine = json.loads((tmp_path / "s" / DL.LOCK_FILE).read_text())
+        assert (mine["pid"], mine["host"], mine["start_ticks"]) == (os.getpid(), HERE.name,
+                                                                    proc_start_ticks(os.getpid()))
+        assert mine["command"] == "python -m sweeps resume s"
+        assert sleeper.poll() is None  # a reused pid is never touched
+    finally:
+        held.release()
+    assert not (tmp_path / "s" / DL.LOCK_FILE).exists()
+
+
+def test_a_fresh_unreadable_lock_counts_as_held(tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / DL.LOCK_FILE).write_text("")  # being written by a file system without hard links
+    with pytest.raises(DriverBusy, match="pid 0 on host \\?"):
+        take(tmp_path / "s")
+
+
+def test_of_drivers_starting_together_exactly_one_gets_the_lock(tmp_path):
+    write_lock(tmp_path / "s", lock_of(dead_pid(), start=1))  # and they all find a dead driver's lock
+    got, refused, start = [], [], threading.Barrier(6)
+
+    def driver():
+        start.wait()
+        try:
+            got.append(take(tmp_path / "s"))
+        except DriverBusy:
+            refused.append(1)
+
+    threads = [threading.Thread(target=driver) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (len(got), len(refused)) == (1, 5)
+    assert json.loads((tmp_path / "s" / DL.LOCK_FILE).read_text())["token"] == got[0].info.token
+    got[0].release()
+    # no temporary file left (the takers' guard file stays: removing it would race with a waiting taker)
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [".driver.lock.guard"]
+
+
+def test_the_heartbeat_is_renewed_and_the_lock_released_on_any_exit(tmp_path):
+    path = tmp_path / "s" / DL.LOCK_FILE
+    held = DL.acquire(tmp_path / "s", "cmd", name="s", workdir=tmp_path, log=print, interval=0.05)
+    first = json.loads(path.read_text())["heartbeat"]
+    deadline = time.monotonic() + 10
+    while json.loads(path.read_text())["heartbeat"] == first and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert json.loads(path.read_text())["heartbeat"] > first
+    held.update(ray_session="/tmp/ray/session_x")
+    assert json.loads(path.read_text())["ray_session"] == "/tmp/ray/session_x"
+    held.release()
+    assert not path.exists()
+    for exc in (KeyboardInterrupt, RuntimeError):
+        with pytest.raises(exc):
+            with DL.hold(tmp_path / "s", "cmd", name="s", workdir=tmp_path, log=print):
+                assert path.exists()
+                raise exc()
+        assert not path.exists()
+
+
+def test_a_driver_that_lost_its_lock_says_so_and_never_removes_the_new_one(tmp_path, sleeper):
+    lines, lost = [], []
+    held = DL.DriverLock(tmp_path / DL.LOCK_FILE, lock_of(os.getpid(), heartbeat=time.time()), lines.append,
+                         lost.append, interval=3600)  # renewed by hand below
+    assert held.renew()
+    write_lock(tmp_path, lock_of(sleeper.pid))  # taken over by another driver
+    assert held.renew() is False and len(lost) == 1 and lost[0].pid == sleeper.pid
+    assert f"now held by pid {sleeper.pid}" in lines[-1]
+    held.release()
+    assert json.loads((tmp_path / DL.LOCK_FILE).read_text())["pid"] == sleeper.pid
+
+
+def test_leftover_ray_processes_are_those_holding_the_sessions_files(tmp_path, sleeper):
+    session = tmp_path / "session_x"
+    (session / "logs").mkdir(parents=True)
+    with open(session / "logs" / "dashboard_agent.log", "w") as log:
+        agent = subprocess.Popen(["sleep", "300"], stdout=log)
+    try:
+        assert DL.leftover_ray_processes(str(session)) == [(agent.pid, "sleep")]
+        assert DL.leftover_ray_processes(str(tmp_path / "session")) == []  # a prefix of the name is not the folder
+        assert DL.leftover_ray_processes(None) == []
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+# ---- what status, stop and sync make of it ---------------------------------------------------------------------
+def sweep(tmp_path: Path, status: str = "running"):
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True, exist_ok=True)
+    state = SweepState(name="s", spec_path="s.yaml", source={"name": "s"}, tracking_uri="sqlite:///nowhere.db",
+                       args=RunArgs(), status=status, driver_pid=4242)
+    state.save(paths)
+    return paths, state
+
+
+def test_status_says_whether_the_driver_runs_and_what_a_killed_one_left(tmp_path, sleeper):
+    paths, state = sweep(tmp_path)
+    write_lock(paths.sweep_dir, lock_of(sleeper.pid, heartbeat=time.time() - 3))
+    (line,) = _driver_lines(paths, state)
+    assert line.startswith(f"driver: pid {sleeper.pid} on host {HERE.name} runs (`python -m sweeps run s.yaml`")
+    assert line.endswith("last heartbeat 3 s ago")
+
+    session = tmp_path / "ray" / "session_1"
+    (session / "logs").mkdir(parents=True)
+    pid = dead_pid()
+    write_lock(paths.sweep_dir, dataclasses.replace(lock_of(pid, start=1), ray_session=str(session)))
+    with open(session / "logs" / "runtime_env_agent.log", "w") as log:
+        agent = subprocess.Popen(["sleep", "300"], stdout=log)
+    try:
+        dead, left = _driver_lines(paths, state)
+    finally:
+        agent.kill()
+        agent.wait()
+    assert dead == (f"driver pid {pid} is not running (no process {pid} on this host, host {HERE.name}); resume "
+                    f"with `python -m sweeps resume s --workdir {tmp_path}`")
+    assert left.startswith(f"its local Ray left these running: pid {agent.pid} (sleep); they train nothing")
+    assert left.endswith(f"`kill {agent.pid}`)")
+
+    (paths.sweep_dir / DL.LOCK_FILE).unlink()
+    assert _driver_lines(paths, dataclasses.replace(state, status="incomplete")) == [
+        f"no driver; resume with `python -m sweeps resume s --workdir {tmp_path}`"]
+    assert _driver_lines(paths, dataclasses.replace(state, status="done")) == []
+
+
+def test_stop_signals_only_the_process_the_lock_names(tmp_path, sleeper, capsys):
+    paths, _ = sweep(tmp_path)
+    start = proc_start_ticks(sleeper.pid)
+    for lock, says in [(lock_of(sleeper.pid, start=start - 1), "is now another process"),
+                       (lock_of(sleeper.pid, host="node-2", boot_id="b"), "is on host node-2, not this one"),
+                       (lock_of(dead_pid(), start=1), "is not running (no process ")]:
+        write_lock(paths.sweep_dir, lock)
+        assert stop_sweep("s", workdir=tmp_path) == 1
+        out = capsys.readouterr().out
+        assert says in out and "nothing signalled" in out, out
+        assert sleeper.poll() is None
+    (paths.sweep_dir / DL.LOCK_FILE).unlink()
+    assert stop_sweep("s", workdir=tmp_path) == 1
+    assert "no driver holds it" in capsys.readouterr().out
+
+    write_lock(paths.sweep_dir, lock_of(sleeper.pid))
+    assert stop_sweep("s", workdir=tmp_path) == 0
+    assert f"sent SIGINT to the driver of s (pid {sleeper.pid}" in capsys.readouterr().out
+    assert sleeper.wait(10) == -signal.SIGINT
+
+
+def test_sync_is_refused_while_a_driver_lives(tmp_path, sleeper):
+    paths, _ = sweep(tmp_path)
+    write_lock(paths.sweep_dir, lock_of(sleeper.pid, heartbeat=time.time()))
+    with pytest.raises(DriverBusy, match=f"already has a driver: pid {sleeper.pid}"):
+        sync_sweep("s", workdir=tmp_path)
+    assert not list(paths.sweep_dir.glob("tracking_spool*"))
