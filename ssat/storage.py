@@ -111,3 +111,18 @@ def _decode(path: Path, data: bytes, map_location) -> Any:
                                "only tensors, numbers, strings and lists/tuples/dicts of them are loaded") from None
     except Exception as exc:  # torch raises several types for a truncated or foreign file
         raise CorruptFileError(f"{path}: cannot be read as a checkpoint ({type(exc).__name__}: {exc})") from None
+
+
+def verify_file(path: str | os.PathLike) -> str:
+    """Check a file written by `save_verified` where it lies, without decoding it: its sidecar exists and the
+    file's SHA-256 (read in blocks) matches it. Returns the checksum; FileNotFoundError for a missing file,
+    CorruptFileError for a missing sidecar or a mismatch."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    if not sidecar(path).exists():
+        raise CorruptFileError(f"{path}: its checksum file {sidecar(path).name} is missing")
+    got = sha256_file(path)
+    if got != sidecar(path).read_text().strip():
+        raise CorruptFileError(f"{path}: checksum mismatch with {sidecar(path).name} (file torn or modified)")
+    return got

@@ -28,6 +28,39 @@ def _guarded(hook):
     return run
 
 
+def forget_gone_checkpoints(trial) -> int:
+    """Take the checkpoints of `trial` whose folders are gone from Tune's list of those it deletes as newer ones
+    come (CheckpointConfig.num_to_keep); returns how many. Tune fails on deleting a folder that is gone, half-way
+    through registering the new checkpoint (the trial's checkpoint index then stops advancing, and a restore
+    would write over a kept checkpoint). The latest one stays named: `sweeps.trainable.SweepTrainable.restore`
+    resumes from what exists instead. Called as Tune starts the trial, before it restores it."""
+    from ray.train._internal.storage import _exists_at_fs_path
+
+    manager = getattr(getattr(trial, "run_metadata", None), "checkpoint_manager", None)
+    kept = getattr(manager, "_checkpoint_results", None)  # Ray 2.60's _CheckpointManager (tests/unit pin it)
+    if not kept:
+        return 0
+    here = [r for r in kept if r.checkpoint is None or _exists_at_fs_path(r.checkpoint.filesystem, r.checkpoint.path)]
+    if len(here) == len(kept):
+        return 0
+    manager._checkpoint_results = here
+    trial.invalidate_json_state()
+    trial.run_metadata.invalidate_cache()
+    return len(kept) - len(here)
+
+
+def error_reason(error_file: str | None) -> tuple[str, bool]:
+    """The last line of a trial's Ray error file, and whether it is a refused restore (NoIntactCheckpoint: then
+    without the exception's module path)."""
+    reason = "error"
+    if error_file and Path(error_file).exists():
+        lines = [ln for ln in Path(error_file).read_text().splitlines() if ln.strip()]
+        reason = lines[-1].strip() if lines else reason
+    head, sep, rest = reason.partition(": ")
+    refused = bool(sep) and head.endswith("NoIntactCheckpoint")
+    return (rest if refused else reason), refused
+
+
 def _end_tags(last: dict, meta: dict) -> dict:
     """Tags of a trial Tune completed: FINISHED, or stopped early by the search's scheduler (ASHA) at an epoch
     before its config's last (Tune calls on_trial_complete for neither an error nor a Ctrl+C)."""
@@ -55,13 +88,14 @@ class TrackingCallback(Callback):
         self._seen: set[str] = set()
         self._resolved: set[str] = set()  # runs whose resolved.precision was sent
         self._trials: dict[str, tuple] = {}  # Tune's trial id -> its (Config, meta)
+        self._sent: dict[str, dict] = {}  # run key -> the tags last sent by _changed_tags
 
     def __getstate__(self):
-        return {**self.__dict__, "_tracker": None, "_seen": set(), "_resolved": set(), "_trials": {}}
+        return {**self.__dict__, "_tracker": None, "_seen": set(), "_resolved": set(), "_trials": {}, "_sent": {}}
 
     def __setstate__(self, state: dict) -> None:
         # a callback Tune saved before _resolved (or _trials) existed
-        self.__dict__.update({"_resolved": set(), "_trials": {}, **state})
+        self.__dict__.update({"_resolved": set(), "_trials": {}, "_sent": {}, **state})
 
     @property
     def tracker(self) -> Tracker:
@@ -86,25 +120,49 @@ class TrackingCallback(Callback):
             t.log_artifact(key, cfile, None)
             t.reopen(key)  # a run that an interrupted driver ended as KILLED continues as this trial
             self._seen.add(key)
-        self.tracker.set_tags(key, {"ssat.ray_trial_id": trial.trial_id})
+        self._changed_tags(key, {"ssat.ray_trial_id": trial.trial_id})
         return key, meta
 
-    @_guarded
+    def _changed_tags(self, key: str, tags: dict) -> None:
+        """Set the tags whose value differs from what this callback last sent for the run: a request per result
+        for tags that rarely change (the trial id, the repro record) would cap the results a driver sends."""
+        sent = self._sent.setdefault(key, {})
+        changed = {k: v for k, v in tags.items() if k not in sent or sent[k] != v}
+        if changed:
+            self.tracker.set_tags(key, changed)
+            sent.update(changed)
+
     def on_trial_start(self, iteration, trials, trial, **info):
-        """The run exists from the moment Tune starts the trial; when it did is a tag (a retry starts it again)."""
+        """Tune is about to restore the trial: it must not trip over checkpoints that are gone. The run exists
+        from the moment Tune starts the trial; when it did is a tag (a retry starts it again)."""
+        try:
+            forget_gone_checkpoints(trial)
+        except Exception:
+            print(f"[sweep] checking the checkpoints of trial {trial.trial_id} failed:\n"
+                  f"{traceback.format_exc(limit=3)}", flush=True)
+        self._started(trial)
+
+    @_guarded
+    def _started(self, trial):
         key, _ = self._start(trial)
         self.tracker.set_tags(key, {"ssat.ray_started_at": f"{time.time():.3f}"})
 
     @_guarded
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        key, _ = self._start(trial)
+        key, meta = self._start(trial)
         t = self.tracker
         if "repro_json" in result:
             rec = json.loads(result["repro_json"])
-            t.set_tags(key, {f"repro.{k}": json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in rec.items()})
+            self._changed_tags(key, {f"repro.{k}": json.dumps(v) if isinstance(v, (dict, list)) else v
+                                     for k, v in rec.items()})
             if key not in self._resolved and rec.get("precision"):  # the precision it trained in (auto: by device)
                 t.log_params(key, {"resolved.precision": rec["precision"]})
                 self._resolved.add(key)
+        if "recovery" in result:  # its restore used another checkpoint than Tune named, or none (sweeps.trainable)
+            print(f"[sweep] {meta.get('row') or trial.trial_id} seed {meta.get('seed')}: "
+                  f"{result.get('recovery_console') or result['recovery']}", flush=True)
+            t.set_tags(key, {"ssat.recovery": result["recovery"][:5000],
+                             "ssat.status": f"RUNNING: {result['recovery']}"[:500]})
         if "failed_reason" in result:
             t.set_tags(key, {"ssat.status": f"FAILED: {result['failed_reason'][:480]}"})
             t.end(key, "FAILED")
@@ -136,14 +194,35 @@ class TrackingCallback(Callback):
 
     @_guarded
     def on_trial_error(self, iteration, trials, trial, **info):
-        key, _ = self._start(trial)
-        reason = "error"
-        err = getattr(trial, "error_file", None)
-        if err and Path(err).exists():
-            lines = [ln for ln in Path(err).read_text().splitlines() if ln.strip()]
-            reason = lines[-1] if lines else reason
+        key, meta = self._start(trial)
+        reason, refused = error_reason(getattr(trial, "error_file", None))
+        if refused:  # one line instead of Tune's traceback (sweeps.tuners.QuietRefusedRestores); the tag names
+            # the checkpoints as in the trial's folder, the console by their paths in storage
+            print(f"[sweep] {meta.get('row') or trial.trial_id} seed {meta.get('seed')}: FAILED: {reason}", flush=True)
+            if getattr(trial, "path", None):
+                reason = reason.replace(f"{str(trial.path).rstrip('/')}/", "")
+        if self._holds_everything(key, meta):
+            # e.g. a later attempt of a trial whose run a driver before had completed: it stays FINISHED
+            self.tracker.set_tags(key, {"ssat.status": "FINISHED", "ssat.last_error": reason[:480]})
+            self.tracker.end(key, "FINISHED")
+            return
         self.tracker.set_tags(key, {"ssat.status": f"FAILED: {reason[:480]}"})
         self.tracker.end(key, "FAILED")
+
+    def _holds_everything(self, key: str, meta: dict) -> bool:
+        """Whether the trial's run already holds all its epochs and its final evaluation (False when unsure:
+        operations still queued, or the store unreachable)."""
+        t = self.tracker
+        if t.queue:
+            return False
+        try:
+            rid = t.find_run(key)
+            metrics = t.client.get_run(rid).data.metrics if rid else {}
+        except Exception:
+            return False
+        epochs = int(meta.get("epochs") or 0)
+        evaluated = meta.get("stage") == "search" or any(k.startswith("test/") for k in metrics)
+        return bool(epochs) and metrics.get("time/epochs", 0) >= epochs and evaluated
 
     @_guarded
     def on_experiment_end(self, trials, **info):

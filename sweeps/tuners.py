@@ -6,6 +6,7 @@ the trials reached is judged in `sweeps.outcomes`.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -42,12 +43,33 @@ def _reuse_actors() -> bool:
     return os.environ.get("SSAT_REUSE_ACTORS", "1") != "0"
 
 
+class QuietRefusedRestores(logging.Filter):
+    """Tune logs each failed trial task with its traceback, on every retry. A restore refused for want of an intact
+    checkpoint (`sweeps.trainable.NoIntactCheckpoint`) fails the same way each time: the tracking callback says it
+    in one line instead, and the traceback stays in the trial's log and Ray's error file."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from .trainable import NoIntactCheckpoint
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, NoIntactCheckpoint) or isinstance(getattr(exc, "cause", None), NoIntactCheckpoint))
+
+
+def _quiet_refused_restores() -> None:
+    log = logging.getLogger("ray.tune.execution.tune_controller")  # where Tune logs "Trial task failed ..."
+    if not any(isinstance(f, QuietRefusedRestores) for f in log.filters):
+        log.addFilter(QuietRefusedRestores())
+
+
 def _trainable(spec: Spec):
+    """The trainable of every stage, new or restored: `SweepTrainable` (train_trial with a restore that checks the
+    checkpoint in storage first) with the spec's resources."""
     from ray import tune
 
-    from .trainable import train_trial
+    from .trainable import SweepTrainable
 
-    return tune.with_resources(train_trial, spec.resources)
+    _quiet_refused_restores()
+    return tune.with_resources(SweepTrainable, spec.resources)
 
 
 def grid_tuner(spec: Spec, trials: list[Trial], paths, phase: str, uri: str, extra: dict, max_failures: int,
@@ -96,11 +118,13 @@ def find_moved_modules() -> None:
 
 
 def restore_tuner(phase_dir: Path, spec: Spec, rerun_failed: bool):
-    """The stage's Tuner from its saved state (unfinished trials resume from their checkpoints), or None."""
+    """The stage's Tuner from its saved state, or None. Unfinished trials resume from their checkpoints, and so
+    do failed (errored) ones; with rerun_failed those start over instead (a trial whose checkpoints are all
+    damaged fails until then). Tune's resume_errored wins over restart_errored: only one of them is passed."""
     from ray import tune
 
     if not tune.Tuner.can_restore(str(phase_dir)):
         return None
     find_moved_modules()  # a stage saved before issue 27 names its callbacks by their old module paths
-    return tune.Tuner.restore(str(phase_dir), trainable=_trainable(spec), resume_errored=True,
+    return tune.Tuner.restore(str(phase_dir), trainable=_trainable(spec), resume_errored=not rerun_failed,
                               restart_errored=rerun_failed)
