@@ -12,12 +12,17 @@
 #   texlive-fonts-recommended       the ZapfDingbats metrics behind pifont's \ding (the tables' check marks)
 #   chromium-headless-shell         a headless Chromium: tests/integration/test_mlflow_ui.py renders MLflow's UI
 #                                   (~280 MB with chromium-common; Debian only, Ubuntu ships Chromium as a snap)
+#   postgresql                      Debian's PostgreSQL server programs (initdb, postgres, pg_dump; ~50 MB): the
+#                                   tests start throwaway clusters of their own (tests/servers.py PostgresServer,
+#                                   clusters/postgres.sh) as the `postgres` user, on loopback ports. postgresql-common
+#                                   is installed first and told not to make the distribution's "main" cluster, and
+#                                   the policy-rc.d guard keeps the package from starting any service.
 #   the shellcheck package          optional lint of the sbatch template and node scripts
 set -euo pipefail
 [[ $EUID -eq 0 ]] || { echo "ci_prereqs.sh must run as root" >&2; exit 1; }
 
 required=(openssh-server openssh-client rsync iproute2 util-linux mount procps
-          texlive-latex-recommended texlive-fonts-recommended chromium-headless-shell)
+          texlive-latex-recommended texlive-fonts-recommended chromium-headless-shell postgresql)
 optional=(shellcheck)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=() missing_optional=()
@@ -42,6 +47,12 @@ trap drop_guard EXIT
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get -o DPkg::Lock::Timeout=300 update -qq
+if [[ " ${missing[*]} " == *" postgresql "* ]]; then
+    # no cluster of the distribution's own: the tests make theirs
+    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends postgresql-common
+    sed -i -E 's/^#?[[:space:]]*create_main_cluster[[:space:]]*=.*/create_main_cluster = false/' \
+        /etc/postgresql-common/createcluster.conf
+fi
 if ((${#missing[@]})); then
     apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"
 fi
@@ -49,7 +60,8 @@ if ((${#missing_optional[@]})); then
     apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing_optional[@]}" ||
         echo "ci_prereqs: optional ${missing_optional[*]} not installed"
 fi
-for tool in sshd ssh ssh-keygen rsync ip unshare mount pdflatex chromium-headless-shell; do
+for tool in sshd ssh ssh-keygen rsync ip unshare mount pdflatex chromium-headless-shell runuser; do
     command -v "$tool" >/dev/null || [[ -x "/usr/sbin/$tool" ]] || { echo "ci_prereqs: $tool still missing" >&2; exit 1; }
 done
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || { echo "ci_prereqs: PostgreSQL's initdb still missing" >&2; exit 1; }
 echo "ci_prereqs: installed ${missing[*]} ${missing_optional[*]}"

@@ -17,6 +17,8 @@ it is checked against the Ray that lock/requirements.lock pins), then the projec
   the dashboard (job API) is not bound to 0.0.0.0
 - every node gets the same storage path, on a cloud below an NFS mount every node makes (or object
   storage); a data root is checked
+- the MLflow store of a cloud head is not a SQLite file below an NFS mount (SQLite's locking is unreliable on
+  network file systems); clusters/postgres.sh keeps PostgreSQL's data off NFS and, on a cloud, its dump on it
 
 Scripts get ``bash -n``, ``shellcheck`` when installed, and the pin / MLflow / auth rules. No torch here.
 """
@@ -324,6 +326,34 @@ def storage_problems(commands: list[str], provider: str) -> list[str]:
     return problems
 
 
+def store_problems(commands: list[str], provider: str) -> list[str]:
+    """Where the head's MLflow store lives: no SQLite on NFS (a cloud's shared storage); PostgreSQL's data folder on
+    the node's own disk; on a cloud, its dump on the shared storage (a replaced head restores from it)."""
+    mounts = [m.rstrip("/") + "/" for c in commands for m in flag_values(tokens_of(c), "--nfs-mount")]
+    on_nfs = lambda path: any(path.rstrip("/") + "/" == m or path.startswith(m) for m in mounts)  # noqa: E731
+    problems = []
+    for command in commands:
+        for seg in segments(tokens_of(command)):
+            if any(t.endswith("start_mlflow.sh") for t in seg) or any(
+                    t == "mlflow" and j + 1 < len(seg) and seg[j + 1] == "server" for j, t in enumerate(seg)):
+                for uri in flag_values(seg, "--backend-store-uri"):
+                    if uri.startswith("sqlite:///") and on_nfs(uri[len("sqlite:///"):]):
+                        problems.append(f"MLflow store {uri} is a SQLite file on NFS: SQLite's file locking is "
+                                        "unreliable there; use the head's PostgreSQL (clusters/postgres.sh)")
+            if any(t.endswith("postgres.sh") for t in seg) and "start" in seg:
+                for data in flag_values(seg, "--data-dir"):
+                    if on_nfs(data):
+                        problems.append(f"postgres.sh --data-dir {data} is on NFS: keep PostgreSQL's data on the "
+                                        "node's own disk (its dump goes to the shared storage)")
+                dumps = flag_values(seg, "--dump")
+                if not dumps:
+                    problems.append("postgres.sh start without --dump: a replaced head would find no runs")
+                elif provider != "local" and not all(on_nfs(d) for d in dumps):
+                    problems.append(f"postgres.sh --dump {dumps[0]} is node-local: a replaced head would not find "
+                                    "it; put it below the NFS mount")
+    return problems
+
+
 def validate_cluster_yaml(path: str | Path, repo_root: str | Path | None = None) -> list[str]:
     """Problems of one cluster-launcher YAML (empty when it passes Ray's schema and the project's rules).
 
@@ -368,6 +398,7 @@ def validate_cluster_yaml(path: str | Path, repo_root: str | Path | None = None)
     if not any(re.search(r"mlflow\s+server|start_mlflow\.sh", c) and "--stop" not in c for c in head_cmds):
         problems.append("the head starts no MLflow tracking server (clusters/start_mlflow.sh)")
     problems += storage_problems(commands, provider)
+    problems += store_problems(commands, provider)
     if not any(flag_values(tokens_of(c), "--data-root") for c in commands):
         problems.append("no --data-root checked on the nodes (setup_node.sh --data-root)")
     docker = config.get("docker") or {}

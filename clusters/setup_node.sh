@@ -7,11 +7,16 @@
 #   setup_node.sh --role head|worker (--install --venv DIR | --use-venv DIR)
 #                 --auth-mode disabled|token --data-root DIR [--data-src SRC] --storage-path PATH_OR_URI
 #                 [--nfs SERVER:/EXPORT --nfs-mount DIR] [--mlflow-host IP] [--mlflow-port 5000]
-#                 [--gpu auto|required|none] [--mps auto|off] [--extra-lock FILE]
+#                 [--gpu auto|required|none] [--mps auto|off] [--extra-lock FILE] [--postgres]
+#
+# --postgres (the head of ray_cluster.yaml): Debian's/Ubuntu's PostgreSQL server programs for the MLflow store
+# (clusters/postgres.sh runs one private cluster of them). postgresql-common goes first, told not to make the
+# distribution's own "main" cluster, so no PostgreSQL service of the system runs or listens anywhere.
 #
 # --storage-path is the folder every node reaches (the sweep CLI's --workdir: Tune's storage_path, the
 # teacher cache and the tracking spool live under it); with --nfs it is on that NFS export (e.g. EFS),
-# mounted at the same path on every node before the checks.
+# mounted at the same path on every node before the checks, and entered in /etc/fstab (_netdev, nofail): a
+# stopped node that `ray up` restarts skips setup, and must find the shared storage mounted again at boot.
 #
 # --mps auto (the default): on a GPU node (--gpu auto|required) the MPS control daemon starts (clusters/mps.sh;
 # private folders under /tmp, mode 700) so that trials packed on a GPU overlap their kernels, and
@@ -39,7 +44,7 @@ source "$here/lib.sh"
 
 lock="$repo/lock/requirements.lock"
 role="" venv="" install=0 auth_mode="" data_root="" data_src="" storage="" gpu=auto
-mlflow_host="" mlflow_port=5000 extra_lock="" nfs="" nfs_mount="" mps=auto
+mlflow_host="" mlflow_port=5000 extra_lock="" nfs="" nfs_mount="" mps=auto postgres=0
 while (($#)); do
     case "$1" in
         --role) role=$2; shift 2 ;;
@@ -57,6 +62,7 @@ while (($#)); do
         --extra-lock) extra_lock=$2; shift 2 ;;
         --nfs) nfs=$2; shift 2 ;;
         --nfs-mount) nfs_mount=$2; shift 2 ;;
+        --postgres) postgres=1; shift ;;
         *) ssat_die "setup_node.sh: unknown argument $1" ;;
     esac
 done
@@ -117,14 +123,18 @@ install_env() {
 mount_nfs() {
     local sudo=""
     [[ $EUID -eq 0 ]] || sudo="sudo -n"
+    # The options AWS recommends for EFS (NFS 4.1, 1 MiB transfers, hard mounts, new port on reconnect).
+    local opts=nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport
     if ! mountpoint -q "$nfs_mount"; then
         if ! command -v mount.nfs4 >/dev/null; then
             $sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q nfs-common
         fi
         $sudo mkdir -p "$nfs_mount"
-        # The options AWS recommends for EFS (NFS 4.1, 1 MiB transfers, hard mounts, new port on reconnect).
-        $sudo mount -t nfs4 -o nfsvers=4.1,rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport \
-            "$nfs" "$nfs_mount"
+        $sudo mount -t nfs4 -o "$opts" "$nfs" "$nfs_mount"
+    fi
+    # Mounted again at boot: a stopped node that ray up restarts skips this setup.
+    if ! awk -v m="$nfs_mount" '$2 == m {found = 1} END {exit !found}' /etc/fstab 2>/dev/null; then
+        printf '%s %s nfs4 %s,_netdev,nofail 0 0\n' "$nfs" "$nfs_mount" "$opts" | $sudo tee -a /etc/fstab >/dev/null
     fi
     # The export's root belongs to root: give the ssh user the storage folder.
     $sudo install -d -o "$(id -u)" -g "$(id -g)" "$storage"
@@ -134,6 +144,26 @@ if [[ -n "$nfs" || -n "$nfs_mount" ]]; then
     [[ -n "$nfs" && -n "$nfs_mount" && "$storage" == "$nfs_mount"/* ]] ||
         ssat_die "--nfs and --nfs-mount go together, and --storage-path must be below --nfs-mount"
     mount_nfs
+fi
+
+# Debian's PostgreSQL server programs, without the distribution's own cluster (postgres.sh runs ours).
+install_postgres() {
+    local sudo=""
+    [[ $EUID -eq 0 ]] || sudo="sudo -n"
+    if find /usr/lib/postgresql -mindepth 3 -maxdepth 3 -path '*/bin/postgres' 2>/dev/null | grep -q .; then
+        return
+    fi
+    ssat_log "installing PostgreSQL (the distribution's) for the MLflow store"
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
+    $sudo "${apt[@]}" update -q
+    $sudo "${apt[@]}" install -y -q --no-install-recommends postgresql-common
+    $sudo sed -i -E 's/^#?[[:space:]]*create_main_cluster[[:space:]]*=.*/create_main_cluster = false/' \
+        /etc/postgresql-common/createcluster.conf
+    $sudo "${apt[@]}" install -y -q --no-install-recommends postgresql
+}
+
+if ((postgres)); then
+    install_postgres
 fi
 
 if ((install)); then

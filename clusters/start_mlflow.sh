@@ -3,8 +3,14 @@
 # over the private network; people reach its UI through an SSH tunnel.
 #
 #   start_mlflow.sh --host IP|private [--port 5000] --backend-store-uri URI --artifacts-destination URI
-#                   [--state-dir DIR]
+#                   [--state-dir DIR] [--pgpass FILE]
 #   start_mlflow.sh --stop [--state-dir DIR]
+#
+# Store: on the cloud the head's PostgreSQL (clusters/postgres.sh; postgresql://mlflow@127.0.0.1:5432/mlflow with
+# --pgpass, libpq's password file that postgres.sh wrote, handed to the server as PGPASSFILE so that no password is
+# on a command line); on SLURM a site PostgreSQL (SSAT_MLFLOW_DB_URI) or a SQLite file (sqlite:////abs/path.db).
+# A bare postgresql:// is given to the server as postgresql+psycopg2:// (the driver the lock pins; SQLAlchemy 2.1
+# would look for psycopg 3).
 #
 # Network: bound to the head's PRIVATE address (never 0.0.0.0: the script refuses it), with --allowed-hosts
 # listing exactly the Host headers we use: the private address (workers) and localhost / 127.0.0.1 (an SSH
@@ -21,7 +27,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=clusters/lib.sh
 source "$here/lib.sh"
 
-host="" port=5000 backend="" artifacts="" state_dir="$HOME/.ssat/mlflow" stop=0
+host="" port=5000 backend="" artifacts="" state_dir="$HOME/.ssat/mlflow" stop=0 pgpass=""
 while (($#)); do
     case "$1" in
         --host) host=$2; shift 2 ;;
@@ -29,6 +35,7 @@ while (($#)); do
         --backend-store-uri) backend=$2; shift 2 ;;
         --artifacts-destination) artifacts=$2; shift 2 ;;
         --state-dir) state_dir=$2; shift 2 ;;
+        --pgpass) pgpass=$2; shift 2 ;;
         --stop) stop=1; shift ;;
         *) ssat_die "start_mlflow.sh: unknown argument $1" ;;
     esac
@@ -58,6 +65,12 @@ fi
 [[ -n "$host" && -n "$backend" && -n "$artifacts" ]] ||
     ssat_die "start_mlflow.sh needs --host, --backend-store-uri and --artifacts-destination"
 [[ "$host" == private ]] && host=$(ssat_private_ip)
+backend=${backend/#postgresql:\/\//postgresql+psycopg2:\/\/}
+if [[ -n "$pgpass" ]]; then
+    pgpass=${pgpass/#\~/$HOME}
+    [[ -r "$pgpass" ]] || ssat_die "--pgpass $pgpass: no such file (clusters/postgres.sh start writes it)"
+    export PGPASSFILE="$pgpass"
+fi
 ssat_refuse_wildcard "$host" "the MLflow server"
 command -v mlflow >/dev/null || ssat_die "mlflow is not on the PATH (is the project's venv on the login PATH?)"
 url="http://$host:$port"

@@ -104,7 +104,13 @@ def default_uri(workdir: str | Path) -> str:
 
 
 def resolve_uri(uri: str | None, workdir: str | Path) -> str:
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(workdir)
+    return with_pg_driver(uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(workdir))
+
+
+def with_pg_driver(uri: str) -> str:
+    """A PostgreSQL store through psycopg2, the driver the project pins: for a bare `postgresql://` SQLAlchemy 2.1
+    loads psycopg 3, which is not installed."""
+    return "postgresql+psycopg2://" + uri[len("postgresql://"):] if uri.startswith("postgresql://") else uri
 
 
 def check_reachable(uri: str, timeout: float = 10.0) -> None:

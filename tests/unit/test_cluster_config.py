@@ -243,6 +243,63 @@ def test_worker_type_must_scale_from_zero(tmp_path):
     assert_caught(problems_of(cfg, tmp_path), "min_workers must be 0")
 
 
+# --- the head's MLflow store (issue 28 item 6) ------------------------------------------------------------------
+
+def test_the_aws_head_keeps_mlflow_in_postgres_dumped_to_efs():
+    cfg = load(AWS)
+    start = " ".join(cfg["head_start_ray_commands"][0].split())
+    assert "clusters/postgres.sh start --systemd --data-dir ~/ssat-postgres" in start
+    assert "--dump /mnt/efs/ssat/mlflow/mlflow.pgdump --shared-mount /mnt/efs" in start
+    assert "--backend-store-uri postgresql://mlflow@127.0.0.1:5432/mlflow --pgpass ~/.ssat/postgres/pgpass" in start
+    assert start.index("postgres.sh start") < start.index("&& bash ~/ssat-sweeps/clusters/start_mlflow.sh")
+    assert "--postgres" in cfg["head_setup_commands"][0] and "--postgres" not in cfg["worker_setup_commands"][0]
+    assert "sqlite:" not in AWS.read_text().split("head_start_ray_commands:")[1]
+
+
+def test_one_machine_keeps_sqlite():
+    assert "--backend-store-uri sqlite:////" in LOCAL.read_text() and "postgres.sh" not in LOCAL.read_text()
+
+
+def test_sqlite_store_on_nfs_fails(tmp_path):
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "postgresql://mlflow@127.0.0.1:5432/mlflow",
+                              "sqlite:////mnt/efs/ssat/mlflow/mlflow.db")
+    assert_caught(problems_of(cfg, tmp_path), "sqlite:////mnt/efs/ssat/mlflow/mlflow.db is a SQLite file on NFS")
+
+
+def test_sqlite_store_on_the_heads_disk_passes(tmp_path):
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "postgresql://mlflow@127.0.0.1:5432/mlflow",
+                              "sqlite:////home/ubuntu/mlflow.db")
+    assert [p for p in problems_of(cfg, tmp_path) if "SQLite" in p] == []
+
+
+def test_postgres_data_on_nfs_fails(tmp_path):
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "--data-dir ~/ssat-postgres",
+                              "--data-dir /mnt/efs/ssat/pgdata")
+    assert_caught(problems_of(cfg, tmp_path), "--data-dir /mnt/efs/ssat/pgdata is on NFS")
+
+
+def test_postgres_dump_off_the_shared_storage_fails(tmp_path):
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "--dump /mnt/efs/ssat/mlflow/mlflow.pgdump",
+                              "--dump /home/ubuntu/mlflow.pgdump")
+    assert_caught(problems_of(cfg, tmp_path), "--dump /home/ubuntu/mlflow.pgdump is node-local")
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "--dump /mnt/efs/ssat/mlflow/mlflow.pgdump", "")
+    assert_caught(problems_of(cfg, tmp_path), "postgres.sh start without --dump")
+
+
+def test_slurm_takes_a_site_postgres_uri_else_sqlite():
+    text = SBATCH.read_text()
+    assert 'backend=${SSAT_MLFLOW_DB_URI:-sqlite:///$shared/mlflow/mlflow.db}' in text
+    assert '--backend-store-uri "$backend"' in text
+
+
+def test_the_postgres_driver_is_pinned_everywhere():
+    pin = "psycopg2-binary==2.9.13"
+    assert pin in (REPO / "lock" / "requirements.lock").read_text().split()
+    assert pin in (REPO / "clusters" / "head-requirements.lock").read_text().split()
+    assert f'"{pin}"' in (REPO / "pyproject.toml").read_text()
+    assert "postgresql" in (REPO / "clusters" / "ci_prereqs.sh").read_text().split("required=(")[1].split(")")[0]
+
+
 def test_unreadable_yaml_fails(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("cluster_name: [unclosed\n")

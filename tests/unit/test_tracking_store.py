@@ -294,6 +294,13 @@ def test_the_store_uri_and_its_check(tmp_path, store, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://env:5000")
     assert tracking.resolve_uri(None, tmp_path) == "http://env:5000"
     assert tracking.resolve_uri("http://given:5000", tmp_path) == "http://given:5000"
+    # a bare postgresql:// store goes through the pinned psycopg2 (SQLAlchemy 2.1 would load psycopg 3)
+    assert tracking.resolve_uri("postgresql://mlflow@127.0.0.1:5432/mlflow", tmp_path) == \
+        "postgresql+psycopg2://mlflow@127.0.0.1:5432/mlflow"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://u@h/db")
+    assert tracking.resolve_uri(None, tmp_path) == "postgresql+psycopg2://u@h/db"
+    for kept in ("postgresql+psycopg2://u@h/db", "mysql://u@h/postgresql://", "sqlite:///x/postgresql://"):
+        assert tracking.with_pg_driver(kept) == kept
 
     tracking.check_reachable(store)  # a usable store: no error
     for away in (f"http://127.0.0.1:{free_port()}", f"https://127.0.0.1:{free_port()}"):
