@@ -241,11 +241,11 @@ def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = "."
     if paths.state.exists():
         _refuse_if_driven(paths)
         raise SweepError(unfinished)
+    check_reachable(uri)  # before the lock: an unreachable store leaves no folder behind
     with hold(paths.sweep_dir, command or f"python -m sweeps run {spec_path}", name=spec.name,
               workdir=paths.workdir, log=log, on_lost=_lost_lock) as lock:
         if paths.state.exists():  # made meanwhile by a driver that has ended since
             raise SweepError(unfinished)
-        check_reachable(uri)
         state = SweepState(name=spec.name, spec_path=str(spec_path), source=spec.source, tracking_uri=uri,
                            args=args, driver_pid=os.getpid(), code=code_version(),
                            created=time.strftime("%Y-%m-%d %H:%M:%S"))

@@ -16,7 +16,7 @@ from clusters.migrate_store import migrate
 from sweeps.tracking import Tracker
 from tests.servers import PostgresServer, require_postgres
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP_STORE = ROOT / "tests" / "data" / "store-before-issue27" / "mlflow.db.gz"
 

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from sweeps.tracking import Tracker, resolve_uri
 from tests.servers import free_port, require_postgres
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parents[2] / "clusters" / "postgres.sh"
 
 
