@@ -41,7 +41,8 @@ RESCALED = {"optim.epochs", "optim.lr_milestones", "optim.swa_start", "attack.t"
 
 def visible(given, stored) -> bool:
     """An accepted value shows in Config.to_flat(), up to the config's gentle coercion: 'none'/'null' -> None,
-    'on'/'yes'/'true' -> True, '5' or 5 -> 5 or 5.0, a tuple or '[1, 2]' -> a list."""
+    'on'/'yes'/'true' -> True, '5' or 5 -> 5 or 5.0, a tuple or '[1, 2]' -> a list, true/false -> a switch's
+    'on'/'off'."""
     if isinstance(stored, list):
         if isinstance(given, str):
             given = [v for v in given.replace("[", "").replace("]", "").split(",") if v.strip()]
@@ -54,6 +55,8 @@ def visible(given, stored) -> bool:
                                    and given.lower() in (("true", "yes", "on") if stored else ("false", "no", "off")))
     if isinstance(stored, (int, float)):
         return not isinstance(given, bool) and float(given) == stored
+    if isinstance(given, bool) and stored in ("on", "off"):  # a switch (YAML reads `off` as false)
+        return given == (stored == "on")
     return given == stored
 
 
