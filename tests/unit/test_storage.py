@@ -14,7 +14,7 @@ import torch
 from ssat.evaluate import main as evaluate_main
 from ssat.pseudo_labels import PseudoLabelError, TeacherOutputs, load_teacher_outputs
 from ssat.storage import (CorruptFileError, atomic_write_bytes, load_user_file, load_verified, save_verified,
-                          sha256_file)
+                          sha256_file, sidecar, verify_file)
 from tests.unit.test_bad_inputs import Env, checkpoint
 
 ONLY = "only tensors, numbers, strings and lists/tuples/dicts of them are loaded"
@@ -295,3 +295,19 @@ def test_evaluate_refuses_a_checkpoint_without_sidecar_unless_unverified(tmp_pat
     assert evaluate_main(args + ["--unverified"]) == 2
     err = capsys.readouterr().err
     assert "cannot be read as a checkpoint" in err and "--unverified" not in err
+
+
+def test_verify_file_checks_in_place_and_names_the_file_and_its_sidecar(tmp_path):
+    """verify_file: the checksum of an intact file; each fault named with the file's path and its sidecar's name."""
+    f = tmp_path / "state.pt"
+    save_verified({"w": torch.ones(3)}, f)
+    assert verify_file(f) == hashlib.sha256(f.read_bytes()).hexdigest() == sidecar(f).read_text().strip()
+    with pytest.raises(FileNotFoundError, match=rf"^{tmp_path}/gone\.pt: no such file$"):
+        verify_file(tmp_path / "gone.pt")
+    f.write_bytes(f.read_bytes()[:10])
+    with pytest.raises(CorruptFileError, match=rf"^{f}: checksum mismatch with state\.pt\.sha256 \(file torn or "
+                                               r"modified\)$"):
+        verify_file(f)
+    sidecar(f).unlink()
+    with pytest.raises(CorruptFileError, match=rf"^{f}: its checksum file state\.pt\.sha256 is missing$"):
+        verify_file(f)
