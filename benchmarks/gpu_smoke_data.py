@@ -1,5 +1,5 @@
 """The data of the GPU smoke sweeps (sweeps/specs/gpu-smoke*.yaml): synthetic CIFAR-10 files in torchvision's
-layout (tests/fakedata.py: class-dependent patterns a model learns) and a pseudo-label file for the specs' split, so
+layout (ssat/synthetic.py: class-dependent patterns a model learns) and a pseudo-label file for the specs' split, so
 a sweep needs neither the real data set nor a teacher.
 
     python benchmarks/gpu_smoke_data.py DIR [--spec sweeps/specs/gpu-smoke.yaml] [--set KEY=VALUE ...]
@@ -21,7 +21,7 @@ from ssat.config import parse_overrides  # noqa: E402
 from ssat.datasets import split_for  # noqa: E402
 from ssat.pseudo_labels import TeacherOutputs  # noqa: E402
 from sweeps.spec import load_spec  # noqa: E402
-from tests.fakedata import write_cifar10  # noqa: E402
+from ssat.synthetic import write_cifar10  # noqa: E402
 
 
 def main(argv=None) -> int:

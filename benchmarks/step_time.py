@@ -26,7 +26,7 @@ from ssat.config import from_dict  # noqa: E402
 from ssat.models import create_model, forward_flops  # noqa: E402
 from ssat.engine import StepStats  # noqa: E402
 from ssat.train import Trainer  # noqa: E402
-from tests.fakedata import write_cifar10  # noqa: E402
+from ssat.synthetic import write_cifar10  # noqa: E402
 
 
 def predicted_units(method: str, steps: int = 10, K: int = 3) -> float:

@@ -4,7 +4,7 @@
         --data-root DIR --cache DIR [--out DIR] [--step-times 200]
     python benchmarks/sweep_cost.py eval --checkpoint DIR/last.pt --data-root DIR --n 1000 --batches 500 1000
 
-`epoch` trains the real Trainer on synthetic CIFAR-10 files (tests/fakedata.py, class-dependent patterns a model
+`epoch` trains the real Trainer on synthetic CIFAR-10 files (ssat/synthetic.py, class-dependent patterns a model
 learns) in the default performance mode (system.compile and graph_mode auto, unless given), as a sweep's trial
 does: 4,000 labeled images and the rest pseudo-labeled by a random teacher (its quality does not change the cost),
 the batching of the method's preset, validation left out (`eval` measures it). It prints the seconds of each epoch
@@ -42,7 +42,7 @@ from ssat.models import create_model  # noqa: E402
 from ssat.presets import preset  # noqa: E402
 from ssat.pseudo_labels import TeacherOutputs  # noqa: E402
 from ssat.train import Trainer  # noqa: E402
-from tests.fakedata import write_cifar10  # noqa: E402
+from ssat.synthetic import write_cifar10  # noqa: E402
 
 CIFAR_UNION, CIFAR_UNLABELED = 49_000, 45_000  # a CIFAR-10 epoch: union batching / AWR (over the unlabeled images)
 

@@ -5,7 +5,7 @@
 The step timed is `ssat.fixmatch.TeacherSteps.step`, the one `train_teacher` repeats: batches drawn on the
 device, weak and strong views (the batched RandAugment of ssat/augment_strong.py), one joint forward of
 64 labeled + 2 x 128 unlabeled images, the FixMatch loss, backward, SGD, and the finiteness check every
-CHECK_EVERY steps. The data are synthetic CIFAR-10 files (tests/fakedata.py) in a temporary folder, split as the
+CHECK_EVERY steps. The data are synthetic CIFAR-10 files (ssat/synthetic.py) in a temporary folder, split as the
 recipe splits CIFAR-10 (4,000 labeled, 1,000 validation images) with the cifar10 teacher preset (RandAugment with
 3 ops at magnitude 10, Cutout 0.5). Warm-up steps are not timed; on CUDA the clock is read after
 torch.cuda.synchronize. `augment_ms_per_step` times the views alone (`TeacherSteps.views`, the same number of
@@ -34,7 +34,7 @@ from ssat.datasets import split_for  # noqa: E402
 from ssat.fixmatch import TeacherSteps  # noqa: E402
 from ssat.presets import teacher_preset  # noqa: E402
 from ssat.runtime import resolve_device  # noqa: E402
-from tests.fakedata import write_cifar10  # noqa: E402
+from ssat.synthetic import write_cifar10  # noqa: E402
 
 CIFAR10_TEACHER_STEPS = 195_000
 N_LABELED, N_VAL = 4000, 1000  # the CIFAR-10 split: labeled and validation images

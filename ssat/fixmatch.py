@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from .augment_strong import StrongDraws, strong_apply, strong_draws, upload, weak_apply, weak_draws
 from .datasets import DATASET_INFO, Arrays, Split, to_float
+from .engine import compile_mode
 from .models import create_model
 from .pseudo_labels import TeacherOutputs
 from .runtime import resolve_device, threads, training_precision
@@ -217,6 +218,10 @@ class TeacherSteps:
 
     Running sums of the loss terms and a divergence flag stay on the device; `step` reads the flag on the host
     (a synchronisation) every step on a CPU, and on a GPU only every CHECK_EVERY steps and when asked to.
+
+    On CUDA the step runs as the student's does (system.*): the model compiled (system.compile; auto: "default"),
+    channels_last (system.channels_last; None: on) and cuDNN autotuning (system.cudnn_benchmark): the joint batch
+    has one shape every step. On a CPU the step is what it was (eager, contiguous), so a CPU teacher is unchanged.
     """
 
     def __init__(self, cfg, arrays: Arrays, split: Split, device: torch.device):
@@ -227,6 +232,15 @@ class TeacherSteps:
         torch.manual_seed(t.seed)  # the model's initial weights
         self.gen = torch.Generator().manual_seed(t.seed)
         self.model = create_model(self.name, self.classes, self.channels).to(device)
+        s = cfg.system
+        on_gpu = device.type == "cuda"
+        self.channels_last = on_gpu and s.channels_last is not False
+        if self.channels_last:
+            self.model.to(memory_format=torch.channels_last)
+        if on_gpu:
+            torch.backends.cudnn.benchmark = s.cudnn_benchmark
+        self.compile = compile_mode(s.compile, device.type)
+        self.forward = self.model if self.compile == "off" else torch.compile(self.model, mode=self.compile)
         self.ema = copy.deepcopy(self.model).requires_grad_(False) if t.ema else None
         self.opt = torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum,
                                    weight_decay=t.weight_decay, nesterov=t.nesterov)
@@ -261,8 +275,9 @@ class TeacherSteps:
             g["lr"] = cosine_lr(t.lr, step - 1, t.steps)
         x_l, y_l, x_uw, x_us = self.views()
         self.model.train()
+        x = torch.cat([x_l, x_uw, x_us])
         with self.autocast:
-            logits = self.model(torch.cat([x_l, x_uw, x_us]))
+            logits = self.forward(x.contiguous(memory_format=torch.channels_last) if self.channels_last else x)
         l_l, l_uw, l_us = logits.float().split([len(x_l), len(x_uw), len(x_us)])
         terms = fixmatch_loss(l_l, y_l, l_uw, l_us, threshold=t.threshold, lambda_u=t.lambda_u)
         self.bad |= ~torch.isfinite(terms["loss"].detach())

@@ -12,6 +12,7 @@ from ssat.config import ConfigError, parse_overrides
 from ssat.datasets import DataError
 from ssat.pseudo_labels import PseudoLabelError
 
+from .calibrate import add_parser as add_calibrate
 from .driver import RunArgs, load_run_spec, resume_sweep, run_sweep, stop_sweep, sweep_status, sync_sweep
 from .dryrun import dry_run
 from .errors import SweepError, UsageError
@@ -21,13 +22,14 @@ from .tracking import TrackingUnavailable
 def _run_args(args) -> RunArgs:
     return RunArgs(epochs=args.epochs, seeds=args.seeds, sets=parse_overrides(args.set or []), cpu_only=args.cpu_only,
                    max_concurrent=args.max_concurrent, data_root=args.data_root, address=args.address,
-                   max_failures=args.max_failures, name=args.name, rows=args.rows)
+                   max_failures=args.max_failures, name=args.name, rows=args.rows, gpu_share=args.gpu_share)
 
 
 def cmd_run(args) -> int:
     run = _run_args(args)
     if args.dry_run:
-        dry_run(load_run_spec(args.spec, run), verbose=args.verbose, gpu=args.gpu, json_path=args.json)
+        dry_run(load_run_spec(args.spec, run), verbose=args.verbose, gpu=args.gpu, json_path=args.json,
+                spec_path=args.spec)
         return 0
     return run_sweep(args.spec, run, workdir=args.workdir, tracking_uri=args.tracking_uri, command=args.command)
 
@@ -59,7 +61,7 @@ def check_args(args) -> None:
         where = "is a file" if first == w else f"is below {first}, which is a file"
         raise UsageError(f"{flag} {args.workdir}: {where}, not a folder; give the folder that holds (or will "
                          "hold) runs/, mlflow.db and mlartifacts/")
-    writes = args.cmd in ("run", "resume", "sync", "demo") and not getattr(args, "dry_run", False)
+    writes = args.cmd in ("run", "resume", "sync", "demo", "calibrate") and not getattr(args, "dry_run", False)
     if writes and first.exists() and not os.access(first, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {args.workdir}: {first} is not writable by this user")
     failures = getattr(args, "max_failures", None)
@@ -80,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--epochs", type=int, default=None, help="rescale every epoch number of the spec to N epochs")
     r.add_argument("--tracking-uri", default=None, help="MLflow server or store (default: ./mlflow.db)")
     r.add_argument("--cpu-only", action="store_true", help="train on CPUs even if the spec asks for GPU shares")
+    r.add_argument("--gpu-share", type=float, default=None, metavar="S",
+                   help="each trial's share of a GPU instead of the spec's resources.gpu (0.25: four per GPU)")
     r.add_argument("--seeds", type=int, nargs="+", default=None)
     r.add_argument("--rows", nargs="+", default=None, metavar="ROW",
                    help="only these rows of a grid spec (quote them: 'linear|on')")
@@ -114,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--rows", nargs="+", default=None, metavar="ROW", help="only these rows (e.g. 'linear|on')")
     d.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     d.add_argument("--name", default=None)
-    d.add_argument("--max-concurrent", type=int, default=2)
+    d.add_argument("--max-concurrent", type=int, default=None,
+                   help="trials at once (default: 2 on a CPU; on a GPU as many as fit, 8 per GPU)")
+    add_calibrate(sub)
     for p in sub.choices.values():
         p.add_argument("--workdir", default=os.environ.get("SSAT_STORAGE_PATH", "."),
                        help="folder holding runs/, mlflow.db and mlartifacts/ (default: $SSAT_STORAGE_PATH or .); "
@@ -138,6 +144,10 @@ def main(argv=None) -> int:
             from .demo import run_demo
 
             return run_demo(args)
+        if args.cmd == "calibrate":
+            from .calibrate import run_calibrate
+
+            return run_calibrate(args)
         return {"run": cmd_run, "resume": cmd_resume, "status": cmd_status, "stop": cmd_stop, "sync": cmd_sync}[args.cmd](args)
     except (ConfigError, SweepError, TrackingUnavailable, DataError, PseudoLabelError) as exc:
         print(f"error: {exc}", file=sys.stderr)

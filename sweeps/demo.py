@@ -4,9 +4,17 @@ embedded MLflow store, then regenerate the ablation table (mean (std) over seeds
 
 AutoAttack runs once, after the trials, on the best row's seed 0 and the first 100 test images
 (`sweeps.evaluation`); those results are tagged `first100` and shown labelled as such, never as a paper cell.
+
+On a machine with a CUDA GPU the same spec trains there (`gpu_plan`): GPU_SHARE of a GPU per trial under MPS where
+clusters/mps.sh can start it, the teacher on the GPU too, and eager kernels in captured CUDA graphs
+(system.compile off: compiling the 0.1 M-parameter model would take longer than training it). The spec, its
+seeds and its table are the CPU's; only the hardware and the step engine differ.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +28,42 @@ from .paths import sweep_paths
 from .tracking import Tracker, ui_url
 
 SPEC = Path(__file__).parent / "specs" / "mnist5k-demo.yaml"
+MPS = Path(__file__).resolve().parents[1] / "clusters" / "mps.sh"
+GPU_SHARE = 0.125  # 8 trials per GPU: the 14 trials in two rounds
+GPU_SETS = {"system.compile": "off"}  # hash-neutral: graph mode over eager kernels
+
+
+def gpu_plan(gpus: int, cpus: int, max_concurrent: int | None) -> dict:
+    """How the demo runs here: CPU trials two at a time without a GPU; with `gpus` GPUs, GPU_SHARE of one per
+    trial and as many at once as the GPUs and CPUs hold (one CPU a trial)."""
+    if not gpus:
+        return {"cpu_only": True, "gpu_share": None, "max_concurrent": max_concurrent or 2, "sets": {}}
+    fit = min(round(gpus / GPU_SHARE), max(1, cpus - 1))  # a CPU left for the driver
+    return {"cpu_only": False, "gpu_share": GPU_SHARE, "max_concurrent": max_concurrent or fit, "sets": GPU_SETS}
+
+
+@contextlib.contextmanager
+def mps_daemon(on: bool):
+    """NVIDIA MPS for the packed GPU trials (clusters/mps.sh), its client variables in this process's environment
+    (Ray's workers inherit them), stopped afterwards unless it ran before; without it (no GPU, no MPS on this
+    driver) trials share the GPU by time slicing."""
+    def mps(action: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(MPS), action], capture_output=True, text=True)
+
+    ran = on and mps("status").returncode == 0
+    env = mps("env") if on and mps("start").returncode == 0 else None
+    if env is None or env.returncode:
+        yield False
+        return
+    added = dict(line.removeprefix("export ").split("=", 1) for line in env.stdout.splitlines() if "=" in line)
+    os.environ.update(added)
+    try:
+        yield True
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+        if not ran:
+            mps("stop")
 
 
 def _sweep(args, name: str) -> int:
@@ -30,9 +74,19 @@ def _sweep(args, name: str) -> int:
             return 0
         print(f"[demo] resuming the unfinished sweep {name}")
         return resume_sweep(name, workdir=args.workdir, rerun_failed=True)
-    run = RunArgs(epochs=args.epochs, seeds=args.seeds, sets=parse_overrides(args.set or []), cpu_only=True,
-                  max_concurrent=args.max_concurrent, name=name, rows=args.rows)
-    return run_sweep(args.spec, run, workdir=args.workdir)
+    import torch
+
+    plan = gpu_plan(torch.cuda.device_count(), os.cpu_count() or 1, args.max_concurrent)
+    where = (f"{torch.cuda.device_count()} GPU(s), {plan['gpu_share']:g} of one per trial, "
+             f"{plan['max_concurrent']} at once" if plan["gpu_share"] else f"CPU, {plan['max_concurrent']} trials at once")
+    print(f"[demo] training on {where}")
+    run = RunArgs(epochs=args.epochs, seeds=args.seeds, sets={**plan["sets"], **parse_overrides(args.set or [])},
+                  cpu_only=plan["cpu_only"], gpu_share=plan["gpu_share"], max_concurrent=plan["max_concurrent"],
+                  name=name, rows=args.rows)
+    with mps_daemon(not plan["cpu_only"]) as mps:
+        if plan["gpu_share"]:
+            print(f"[demo] MPS {'on' if mps else 'off (time slicing)'}")
+        return run_sweep(args.spec, run, workdir=args.workdir)
 
 
 def setup_text(cfg: Config) -> str:

@@ -60,6 +60,7 @@ class RunArgs:
     max_failures: int = 2
     name: str | None = None
     rows: list[str] | None = None  # --rows: only these grid rows
+    gpu_share: float | None = None  # --gpu-share: each trial's share of a GPU, instead of resources.gpu
 
 
 @dataclass
@@ -81,7 +82,7 @@ class SweepState:
         a = self.args
         return parse_spec(self.source, self.spec_path, epochs=a.epochs, seeds=a.seeds, sets=a.sets,
                           cpu_only=a.cpu_only, max_concurrent=a.max_concurrent, data_root=a.data_root,
-                          rows=a.rows)
+                          rows=a.rows, gpu_share=a.gpu_share)
 
     def save(self, paths: Paths) -> None:
         from ssat.storage import atomic_write_bytes
@@ -141,7 +142,7 @@ class Interrupt:
 
 
 FLAGS = (("sets", "--set"), ("epochs", "--epochs"), ("seeds", "--seeds"), ("max_concurrent", "--max-concurrent"),
-         ("rows", "--rows"), ("data_root", "--data-root"), ("cpu_only", "--cpu-only"))
+         ("rows", "--rows"), ("data_root", "--data-root"), ("cpu_only", "--cpu-only"), ("gpu_share", "--gpu-share"))
 
 
 def check_name_flag(name: str) -> None:
@@ -160,7 +161,7 @@ def load_run_spec(spec_path: str | Path, args: RunArgs) -> Spec:
         raw["name"] = args.name
     given = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds), ("sets", args.sets),
                                ("cpu_only", args.cpu_only), ("max_concurrent", args.max_concurrent),
-                               ("data_root", args.data_root), ("rows", args.rows))
+                               ("data_root", args.data_root), ("rows", args.rows), ("gpu_share", args.gpu_share))
              if v is not None and v is not False and v != {}}
     try:
         return parse_spec(raw, str(spec_path), **given)

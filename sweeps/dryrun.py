@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +25,6 @@ from pathlib import Path
 from ssat.config import Config
 from ssat.datasets import DATASET_INFO
 from ssat.fixmatch import resolved_teacher_config
-from ssat.methods import METHOD_REGISTRY
 from ssat.schedules import schedule_table
 from ssat.runtime import training_precision
 
@@ -44,7 +44,12 @@ MEASURED_EPOCH = 49_000
 TEST_IMAGES = {"cifar10": 10_000, "cifar100": 10_000, "svhn": 26_032, "mnist5k": 1_000}  # whole test sets
 # engine_mode's answers, a training record's "mode": the step engine, "+fused" with fused forwards
 MODES = tuple(m + f for f in ("+fused", "") for m in ("graph+compile", "graph", "compile", "eager"))
-BATCHING_METHOD = {"union": "ssat-mbi", "awr": "ssat-mbi-awr"}  # what the trainer benchmark measures per batching
+AA_ATTACKS = ("apgd-ce", "apgd-t", "fab-t", "square")  # standard AutoAttack, in order (ssat.evaluate.AA_ATTACKS)
+# AutoAttack attacks only the images still robust: the share of a checkpoint's images each attack runs on, from
+# the paper's Table 1 SSAT-MBI row of the dataset (APGD-CE: clean accuracy; APGD-T: PGD-40, standing in for
+# after APGD-CE; FAB-T and Square: AutoAttack). Another dataset: every image (an upper bound).
+AA_SHARES = {"cifar10": (0.8331, 0.5539, 0.5121, 0.5121), "svhn": (0.9140, 0.5919, 0.4983, 0.4983),
+             "cifar100": (0.5065, 0.3084, 0.2639, 0.2639)}
 STAGES = ("teachers", "training", "validation", "SWA", "evaluation")
 TRIAL_STAGES = STAGES[1:]
 NOTHING = {"teachers": "no teacher to train: fully labeled data or data.pseudo_labels files",
@@ -60,21 +65,33 @@ def gpu_hours(cfg: Config) -> float | None:
     return cfg.optim.epochs * fig[1 if cfg.is_awr else 0] / 60
 
 
-# ---- the measurements: JSON lines of benchmarks/results/*.json|*.log ----------------------------------
-def read_records(results: Path = RESULTS) -> list[dict]:
-    """Every JSON object line of results/*.json|*.log, with "_device" (its own "device" key, else the nearest
-    device line before it in the same file) and "_file" added. Other lines are skipped."""
+# ---- the measurements: JSON lines of benchmarks/results/*.json|*.log and the user's calibrations -------------
+def calibration_dir() -> Path:
+    """Where `python -m sweeps calibrate` keeps this user's figures: $SSAT_CALIBRATION_DIR, else
+    $XDG_CACHE_HOME/ssat-sweeps/calibration (~/.cache/... without it)."""
+    if os.environ.get("SSAT_CALIBRATION_DIR"):
+        return Path(os.environ["SSAT_CALIBRATION_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ssat-sweeps" / "calibration"
+
+
+def read_records(results: Path = RESULTS, own: Path | None = None) -> list[dict]:
+    """Every JSON object line of the user's calibrations (`own`, e.g. calibration_dir(); "_own": True) and of
+    results/*.json|*.log, with "_device" (its own "device" key, else the nearest device line before it in the same
+    file) and "_file" added (a user's file by its whole path). Other lines are skipped."""
     out = []
-    for f in sorted(results.glob("*.json")) + sorted(results.glob("*.log")):
-        device = None
-        for line in f.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                device = rec.get("device", device)
-                out.append({**rec, "_device": device, "_file": f.name})
+    for folder, mine in ((own, True), (results, False)):
+        if folder is None or mine and folder.resolve() == results.resolve():
+            continue  # --out benchmarks/results: the repository's figures, read once
+        for f in sorted(folder.glob("*.json")) + sorted(folder.glob("*.log")):
+            device = None
+            for line in f.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict):
+                    device = rec.get("device", device)
+                    out.append({**rec, "_device": device, "_file": str(f) if mine else f.name, "_own": mine})
     return out
 
 
@@ -88,22 +105,18 @@ def record_mode(rec: dict) -> str:
         (compiled, captured), "eager")
 
 
-def _batching(method: str | None) -> str | None:
-    entry = METHOD_REGISTRY.get(method or "ssat-mbi")
-    return entry.batching if entry else None
-
-
 def _training(rec: dict):
-    """((model, batching, mode, precision), seconds per 49,000-image epoch) of a Trainer epoch record."""
+    """((model, method, mode, precision), seconds per 49,000-image epoch) of a Trainer epoch record."""
     model, secs = rec.get("trainer_model"), rec.get("cifar10_epoch_s")
     if not model or not secs or rec.get("baseline") or rec.get("bench", "trainer") != "trainer":
         return None
-    return (model, _batching(rec.get("method")), record_mode(rec), rec.get("precision")), float(secs)
+    return (model, rec.get("method") or "ssat-mbi", record_mode(rec), rec.get("precision")), float(secs)
 
 
 def _eval(rec: dict):
-    """((model, attack, tf32), seconds per 1,000 images) of an evaluation record."""
-    if rec.get("bench") != "eval":
+    """((model, attack, tf32), seconds per 1,000 images) of an evaluation record; an AutoAttack attack's only where
+    every image stayed robust ("points": "robust", per 1,000 robust images at the standard budget)."""
+    if rec.get("bench") != "eval" or (rec.get("attack") in AA_ATTACKS and rec.get("points") != "robust"):
         return None
     s = rec.get("s_per_1000") or (rec["seconds"] * 1000 / rec["n"] if rec.get("seconds") and rec.get("n") else None)
     return ((rec.get("eval_model"), rec.get("attack"), bool(rec.get("tf32"))), float(s)) if s else None
@@ -159,7 +172,8 @@ class Figure:
 
 class Measurements:
     """The measured figures of one GPU type (records whose device is exactly `device`); the median where several
-    records share a key. Nothing of another GPU is ever looked at."""
+    records share a key, the user's own calibrations alone where they have the key. Nothing of another GPU is
+    ever looked at."""
 
     def __init__(self, device: str, records: list[dict]):
         self.device = device
@@ -171,6 +185,9 @@ class Measurements:
                 got = parse(rec)
                 if got:
                     self.table.setdefault((kind, *got[0]), []).append((got[1], rec["_file"], rec))
+        for key, runs in self.table.items():
+            mine = [r for r in runs if r[2].get("_own")]
+            self.table[key] = mine or runs
 
     def figure(self, kind: str, *key) -> Figure | None:
         runs = self.table.get((kind, *key))
@@ -240,9 +257,9 @@ def validation_images(cfg: Config) -> dict[str, int]:
 
 
 def swa_images(cfg: Config) -> dict[str, int]:
-    """The SWA statistics passes as clean forwards over the training images (EPOCH_IMAGES)."""
+    """The SWA statistics passes (train-mode forwards, no gradient) over the training images (EPOCH_IMAGES)."""
     n = swa_epochs(cfg) * EPOCH_IMAGES[cfg.data.dataset]
-    return {"clean": n} if n else {}
+    return {"swa-bn": n} if n else {}
 
 
 def final_images(cfg: Config, stage: str) -> dict[str, int]:
@@ -280,53 +297,98 @@ class Cost:
         return bool(self.sources or self.missing)
 
 
+def training_key(cfg: Config) -> tuple:
+    """(model, method, step engine, precision): what a trial's epoch time on a GPU depends on."""
+    return cfg.model.name, cfg.method.name, engine_mode(cfg), training_precision(cfg.system.precision, "cuda")
+
+
+def teacher_figure_key(cfg: Config) -> tuple:
+    """(model, precision) of the trial's FixMatch teacher on a GPU."""
+    return cfg.teacher.model or cfg.model.name, teacher_precision(cfg)
+
+
+def eval_key(cfg: Config, attack: str) -> tuple:
+    """(model, attack, TF32): an evaluation figure of the trial's model as it evaluates (eval.tf32)."""
+    return cfg.model.name, attack, bool(cfg.eval.tf32)
+
+
 def training_cost(cfg: Config, m: Measurements) -> Cost:
-    """Epochs x the measured epoch time of this model, batching, step engine and precision on the GPU."""
-    batching = METHOD_REGISTRY[cfg.method.name].batching
-    mode, prec = engine_mode(cfg), training_precision(cfg.system.precision, "cuda")
-    what = f"{mode}, {BATCHING_METHOD[batching]} {cfg.model.name} {prec}"
-    f = m.figure("training", cfg.model.name, batching, mode, prec)
+    """Epochs x the measured epoch time of this model, method, step engine and precision on the GPU."""
+    key = training_key(cfg)
+    model, method, mode, prec = key
+    what = f"{mode}, {method} {model} {prec}"
+    f = m.figure("training", *key)
     if f is None:
         return Cost(None, missing=(f"training epoch ({what})",))
     hours = cfg.optim.epochs * f.value * EPOCH_IMAGES[cfg.data.dataset] / MEASURED_EPOCH / 3600
     return Cost(hours, (f"{m.device}, {what}: {f.value:.1f} s/epoch, {f.cite()}",))
 
 
-def attack_cost(images: dict[str, int], cfg: Config, m: Measurements, note: str = "") -> Cost:
-    """Images per attack x the measured seconds per 1,000 images of the trial's model on the GPU, with TF32 as
-    the trial evaluates (eval.tf32)."""
-    model, tf32 = cfg.model.name, bool(cfg.eval.tf32)
-    label = f"{model}{', TF32' if tf32 else ''}"
-    figs = {attack: m.figure("eval", model, attack, tf32) for attack in images}
+def attack_work(images: dict[str, int], dataset: str) -> dict[str, float]:
+    """attack -> images it runs on. AutoAttack on n images is a clean pass over them and each of its attacks on
+    the share still robust when it starts (AA_SHARES); the other attacks run on every image."""
+    out: dict[str, float] = {}
+    for attack, n in images.items():
+        parts = zip(("clean", *AA_ATTACKS), (1.0, *AA_SHARES.get(dataset, (1.0,) * 4))) \
+            if attack == "autoattack" else ((attack, 1.0),)
+        for a, share in parts:
+            out[a] = out.get(a, 0.0) + n * share
+    return out
+
+
+def attack_cost(images: dict[str, int], cfg: Config, m: Measurements) -> Cost:
+    """Images per attack (attack_work) x the measured seconds per 1,000 images of the trial's model on the GPU,
+    with TF32 as the trial evaluates (eval.tf32)."""
+    work = attack_work(images, cfg.data.dataset)
+    figs = {a: m.figure("eval", *eval_key(cfg, a)) for a in work}
+    label = f"{cfg.model.name}{', TF32' if cfg.eval.tf32 else ''}"
     missing = tuple(f"{label} evaluation: {a}" for a, f in figs.items() if f is None)
     if missing:
         return Cost(None, missing=missing)
     sources = []
     for attack, f in figs.items():
-        acc = f", robust accuracy {f.extra['robust_acc']:.1f}% in the measurement" if "robust_acc" in f.extra else ""
-        sources.append(f"{m.device}, {label} {attack}: {f.value:.2f} s/1000 images{acc}, {f.cite()}{note}")
-    return Cost(sum(n / 1000 * figs[a].value / 3600 for a, n in images.items()), tuple(sources))
-
-
-SWA_NOTE = " (the clean-evaluation forward rate, standing in for the SWA BN-statistics pass)"
+        robust = attack in AA_ATTACKS
+        share = (f"; run on the images still robust: {100 * AA_SHARES[cfg.data.dataset][AA_ATTACKS.index(attack)]:.1f}%"
+                 f" of AutoAttack's (the paper's Table 1, SSAT-MBI, {cfg.data.dataset})"
+                 if robust and cfg.data.dataset in AA_SHARES else "; run on every image (an upper bound)"
+                 if robust else "")
+        sources.append(f"{m.device}, {label} {attack}: {f.value:.2f} s/1000 {'robust ' if robust else ''}images, "
+                       f"{f.cite()}{share}")
+    return Cost(sum(n / 1000 * figs[a].value / 3600 for a, n in work.items()), tuple(sources))
 
 
 def trial_costs(cfg: Config, stage: str, m: Measurements) -> dict[str, Cost]:
     """One trial alone on a whole GPU, per stage."""
     return {"training": training_cost(cfg, m),
             "validation": attack_cost(validation_images(cfg), cfg, m),
-            "SWA": attack_cost(swa_images(cfg), cfg, m, SWA_NOTE),
+            "SWA": attack_cost(swa_images(cfg), cfg, m),
             "evaluation": attack_cost(final_images(cfg, stage), cfg, m)}
 
 
 def teacher_cost(cfg: Config, m: Measurements) -> Cost:
     """teacher.steps / the measured FixMatch steps per second of the teacher's model and precision."""
-    model, prec = cfg.teacher.model or cfg.model.name, teacher_precision(cfg)
-    f = m.figure("teacher", model, prec)
+    model, prec = key = teacher_figure_key(cfg)
+    f = m.figure("teacher", *key)
     if f is None:
         return Cost(None, missing=(f"FixMatch teacher steps/s ({model} {prec})",))
     return Cost(cfg.teacher.steps / f.value / 3600,
                 (f"{m.device}, FixMatch teacher {model} {prec}: {f.value:.1f} steps/s, {f.cite()}",))
+
+
+def needed_figures(spec: Spec) -> dict[tuple, Config]:
+    """(kind, *key) -> a config that needs it: every figure the sweep's GPU cost rests on (what `calibrate`
+    measures). A sweep of CPU trials (resources.gpu 0) needs none."""
+    if not trials_per_gpu(spec.resources.get("gpu", 0)):
+        return {}
+    us, out = units(spec), {}
+    for u in us:
+        out.setdefault(("training", *training_key(u.cfg)), u.cfg)
+        images = [validation_images(u.cfg), swa_images(u.cfg), final_images(u.cfg, u.stage)]
+        for attack in {a for i in images for a in attack_work(i, u.cfg.data.dataset)}:
+            out.setdefault(("eval", *eval_key(u.cfg, attack)), u.cfg)
+    for cfg in _teachers(us):
+        out.setdefault(("teacher", *teacher_figure_key(cfg)), cfg)
+    return out
 
 
 def trials_per_gpu(share: float) -> int:
@@ -418,7 +480,7 @@ def estimate(spec: Spec, gpu: str | None = None, records: list[dict] | None = No
     """The sweep's cost as plain numbers: trials, the paper's training GPU-hours, and with `gpu` the GPU-hours per
     stage (teachers, training, validation, SWA, evaluation) and in total on that GPU type, from its own
     measurements only, with the figures used and the ones missing."""
-    records = read_records() if records is None else records
+    records = read_records(own=calibration_dir()) if records is None else records
     us = units(spec)
     paper = [(gpu_hours(u.cfg), u.count) for u in us]
     out = {"spec": spec.name, "trials": sum(u.count for u in us), "search": bool(spec.search),
@@ -576,10 +638,13 @@ def _gpu_header(est: dict, gpu: str) -> list[str]:
                                            if "gain " in note else "") for note in est["packing"]]
 
 
-def _totals(est: dict) -> list[str]:
+def _totals(est: dict, spec_path: str) -> list[str]:
     lines = [f"GPU-hours on {est['gpu']} per stage:"]
     lines += [f"  {s:<11}{stage_text(est['stages'][s], s, est['gpu'])}" for s in STAGES]
     lines.append(f"  {'total':<11}{total_text(est)}")
+    if not est["total"]["complete"]:
+        lines.append(f"  what is not measured, measured on a {est['gpu']}: python -m sweeps calibrate {spec_path} "
+                     "--missing-only (minutes; the dry run then reads your figures first)")
     if est["search"]:
         lines.append("  (search trials counted at full length: at most, as ASHA may stop them early; confirm "
                      "trials at full budget with final evaluation)")
@@ -587,7 +652,7 @@ def _totals(est: dict) -> list[str]:
 
 
 def dry_run(spec: Spec, out=print, *, verbose: bool = False, gpu: str | None = None, json_path: str | None = None,
-            records: list[dict] | None = None) -> dict:
+            records: list[dict] | None = None, spec_path: str = "SPEC") -> dict:
     """Print the dry run; return `estimate`'s numbers (also written to json_path as JSON when given)."""
     est = estimate(spec, gpu, records)
     us = units(spec)
@@ -611,7 +676,7 @@ def dry_run(spec: Spec, out=print, *, verbose: bool = False, gpu: str | None = N
         out(f"  {text}  [{', '.join(sorted(set(users)))}]")
     if spec.search:
         out(f"search space {json.dumps(spec.search['space'])}; confirm {spec.search['confirm']}")
-    for line in _totals(est) if est.get("stages") else [_measured_line(est)]:
+    for line in _totals(est, spec_path) if est.get("stages") else [_measured_line(est)]:
         out(line)
     p = est["paper_training"]
     out(f"total: {est['trials']} trial(s), estimated GPU-hours {p['gpu_hours']:.1f} (whole-GPU trials at the "
@@ -727,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.spec:
             ap.error("name a SPEC, or --table")
-        dry_run(load_spec(args.spec), gpu=args.gpu, json_path=args.json)
+        dry_run(load_spec(args.spec), gpu=args.gpu, json_path=args.json, spec_path=args.spec)
         return 0
     except (SpecError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -171,16 +171,17 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_spec(path: str | Path, *, epochs: int | None = None, seeds: list[int] | None = None,
               sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
-              data_root: str | None = None, rows: list[str] | None = None) -> Spec:
+              data_root: str | None = None, rows: list[str] | None = None, gpu_share: float | None = None) -> Spec:
     """Read and fully validate a spec (every grid trial and the search space's corners are built)."""
     return parse_spec(read_yaml(path), str(path), epochs=epochs, seeds=seeds, sets=sets, cpu_only=cpu_only,
-                      max_concurrent=max_concurrent, data_root=data_root, rows=rows)
+                      max_concurrent=max_concurrent, data_root=data_root, rows=rows, gpu_share=gpu_share)
 
 
 def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, seeds: list[int] | None = None,
                sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
-               data_root: str | None = None, rows: list[str] | None = None) -> Spec:
-    """A validated Spec; `rows` (--rows) keeps only those grid rows, in the spec's order."""
+               data_root: str | None = None, rows: list[str] | None = None, gpu_share: float | None = None) -> Spec:
+    """A validated Spec; `rows` (--rows) keeps only those grid rows, in the spec's order; `gpu_share`
+    (--gpu-share) replaces resources.gpu."""
     if not isinstance(raw, dict):
         raise _err(path, f"expected a mapping of spec keys at the top, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
@@ -191,7 +192,8 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
     overrides = _overrides(raw, path, sets, data_root, cpu_only)
     base = _base(pname, ep, overrides, path, "preset")
     seeds = _seeds(seeds if seeds is not None else raw.get("seeds", [0]), path)
-    res = _resources(raw.get("resources") or {}, path, cpu_only)
+    res = _resources({**(raw.get("resources") or {}), **({} if gpu_share is None else {"gpu": gpu_share})}, path,
+                     cpu_only, "--gpu-share" if gpu_share is not None else "resources.gpu")
     mc = _int(max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1), path, "max_concurrent")
     metric, mode = _metrics(raw, path)
     stage = raw.get("stage", "search" if "search" in raw else "grid")
@@ -298,7 +300,7 @@ def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> di
         raise _err(path, f"{where} {pname!r}: {exc}") from None
 
 
-def _resources(res: Any, path: str, cpu_only: bool) -> dict:
+def _resources(res: Any, path: str, cpu_only: bool, gpu_field: str = "resources.gpu") -> dict:
     if not isinstance(res, dict):
         raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {res!r}")
     check_keys(res, {"cpu", "gpu", "custom"}, path, "resources.")
@@ -312,7 +314,7 @@ def _resources(res: Any, path: str, cpu_only: bool) -> dict:
     if not _number(cpu) or not 0 < cpu < float("inf"):
         raise _err(path, f"resources.cpu: {cpu!r}; allowed: a number > 0")
     if not _number(gpu) or not 0 <= gpu <= 1:
-        raise _err(path, f"resources.gpu: {gpu!r}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
+        raise _err(path, f"{gpu_field}: {gpu!r}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
                          "trials per GPU); a trial never spans several GPUs")
     return {"cpu": cpu, "gpu": 0 if cpu_only else gpu, **({"custom_resources": dict(custom)} if custom else {})}
 

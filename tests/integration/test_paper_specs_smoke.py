@@ -8,7 +8,7 @@ import pytest
 
 from ssat.train import Trainer
 from sweeps.spec import load_spec
-from tests.fakedata import write_cifar10, write_cifar100, write_svhn
+from ssat.synthetic import write_cifar10, write_cifar100, write_svhn
 
 pytestmark = pytest.mark.integration
 SPECS = Path(__file__).resolve().parents[2] / "sweeps" / "specs"

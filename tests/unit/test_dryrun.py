@@ -64,9 +64,9 @@ def test_measured_times_name_their_source(tmp_path):
                                   {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 36.0},
                                   {"model": "wrn-28-5", "cifar10_epoch_s": 1.0}])  # a step benchmark, no Trainer
     m = Measurements("NVIDIA A100-SXM4-80GB", read_records(tmp_path))
-    f = m.figure("training", "wrn-28-5", "union", "eager", "bf16")
+    f = m.figure("training", "wrn-28-5", "ssat-mbi", "eager", "bf16")
     assert (f.value, f.cite()) == (36.0, "1 run: a100.json")
-    assert m.figure("training", "wrn-28-5", "union", "graph+compile", "bf16") is None
+    assert m.figure("training", "wrn-28-5", "ssat-mbi", "graph+compile", "bf16") is None
     write(tmp_path, "b.log", [{"device": "NVIDIA A100-SXM4-80GB"},
                               {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 50.0},
                               {"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 40.0},
@@ -78,18 +78,18 @@ def test_measured_times_name_their_source(tmp_path):
                                "compile": "default", "graph_mode": "captured", "baseline": True}])  # never used
     write(tmp_path, "c.log", [{"trainer_model": "wrn-28-5", "precision": "bf16", "cifar10_epoch_s": 1.0}])  # no device
     m = Measurements("NVIDIA A100-SXM4-80GB", read_records(tmp_path))
-    f = m.figure("training", "wrn-28-5", "union", "eager", "bf16")
+    f = m.figure("training", "wrn-28-5", "ssat-mbi", "eager", "bf16")
     assert (f.value, f.runs, f.cite()) == (40.0, 3, "median of 3: a100.json, b.log")
-    assert m.figure("training", "wrn-28-5", "union", "graph", "bf16").value == 9.0
-    assert m.figure("training", "wrn-28-5", "union", "graph+compile", "bf16").value == 7.0  # not the baseline's 3
-    assert m.figure("training", "wrn-28-5", "union", "eager", "fp16") is None  # another precision: not borrowed
+    assert m.figure("training", "wrn-28-5", "ssat-mbi", "graph", "bf16").value == 9.0
+    assert m.figure("training", "wrn-28-5", "ssat-mbi", "graph+compile", "bf16").value == 7.0  # not the baseline's 3
+    assert m.figure("training", "wrn-28-5", "ssat-mbi", "eager", "fp16") is None  # another precision: not borrowed
     # the shipped H200 logs: the eager Trainer on two machines (37.7-38.3 s and 49-56 s), graph+compile twice
     h200 = Measurements("NVIDIA H200", read_records())
-    assert round(h200.figure("training", "wrn-28-5", "union", "eager", "bf16").value, 1) == 49.0
-    gc = h200.figure("training", "wrn-28-5", "union", "graph+compile", "bf16")
+    assert round(h200.figure("training", "wrn-28-5", "ssat-mbi", "eager", "bf16").value, 1) == 49.0
+    gc = h200.figure("training", "wrn-28-5", "ssat-mbi", "graph+compile", "bf16")
     assert (round(gc.value, 2), gc.cite()) == (19.15, "median of 2: h200-2026-11-26b-step-engine.log")
     h100 = Measurements("NVIDIA H100 80GB HBM3", read_records())
-    assert round(h100.figure("training", "wrn-28-5", "union", "graph+compile", "bf16").value, 1) == 20.6
+    assert round(h100.figure("training", "wrn-28-5", "ssat-mbi", "graph+compile", "bf16").value, 1) == 20.6
 
 
 def test_engine_mode_is_what_runs_on_a_gpu():
@@ -143,7 +143,11 @@ def fake_results(folder: Path) -> list[dict]:
         {**trainer, "mode": "graph+compile+fused", "cifar10_epoch_s": 0.1, "baseline": True},  # a baseline: never used
         {**ev, "attack": "clean", "seconds": 0.5, "s_per_1000": 0.5},
         {**ev, "attack": "pgd10", "seconds": 1.5},  # s_per_1000 from seconds and n
-        {**ev, "attack": "autoattack", "s_per_1000": 40.0, "robust_acc": 48.0},
+        {**ev, "attack": "swa-bn", "s_per_1000": 0.25},
+        {**ev, "attack": "autoattack", "s_per_1000": 40.0, "robust_acc": 48.0},  # accuracy-bound: never a figure
+        {**ev, "attack": "apgd-t", "s_per_1000": 1.0},  # on points not all robust: never a figure
+        *({**ev, "attack": a, "s_per_1000": v, "points": "robust"}
+          for a, v in (("apgd-ce", 10.0), ("apgd-t", 20.0), ("fab-t", 5.0), ("square", 5.0))),
         {**ev, "attack": "clean", "s_per_1000": 0.05, "tf32": True},  # TF32: not how the trials evaluate
         {"bench": "teacher", "teacher_model": "wrn-28-5", "precision": "bf16", "steps_per_s": 10.0},
         {**pack, "packed_trials": 1, "mps": True, "total_images_per_s": 100.0, "finished": 1},
@@ -182,23 +186,30 @@ def test_every_stage_by_hand(tmp_path):
     lines = []
     est = dry_run(tiny_spec(), out=lines.append, gpu="t1000", records=records)
     # one trial alone: training 10 x 1 s; validation 10 x 1,000 images x (0.5 + 1.5) s/1000; SWA after epoch 5:
-    # 5 x 49,000 x 0.5 s/1000; evaluation 2 checkpoints x (0.5 + 1.5) + AutoAttack on best: 500 x 40 s/1000.
-    # 4 per GPU with MPS gain 2.5 -> 1/2.5 of that per trial; two trials. One teacher for both: 36,000 / 10 per s.
-    assert hours(est) == {"teachers": 3600.0, "training": 8.0, "validation": 16.0, "SWA": 98.0, "evaluation": 19.2}
-    assert est["total"] == {"gpu_hours": pytest.approx(1 + 141.2 / 3600), "complete": True}
-    assert est["gpu"] == GPU and est["units"][0]["gpu_hours"]["evaluation"] == pytest.approx(9.6 / 3600)
+    # 5 x 49,000 x 0.25 s/1000; evaluation 2 checkpoints x (0.5 + 1.5) + AutoAttack on best's 500 images: a clean
+    # pass (0.5 s/1000), then each attack on CIFAR-10's robust share (Table 1, SSAT-MBI) x its s/1000 robust
+    # images. 4 per GPU with MPS gain 2.5 -> 1/2.5 of that per trial; two trials. One teacher: 36,000 / 10 per s.
+    aa = 0.5 * (0.5 + 0.8331 * 10 + 0.5539 * 20 + 0.5121 * 5 + 0.5121 * 5)
+    assert aa == pytest.approx(12.515)
+    assert hours(est) == {"teachers": 3600.0, "training": 8.0, "validation": 16.0, "SWA": 49.0,
+                          "evaluation": pytest.approx(2 * (4 + aa) / 2.5)}
+    assert est["total"] == {"gpu_hours": pytest.approx(1 + (73 + 2 * (4 + aa) / 2.5) / 3600), "complete": True}
+    assert est["gpu"] == GPU and est["units"][0]["gpu_hours"]["evaluation"] == pytest.approx((4 + aa) / 2.5 / 3600)
     text = "\n".join(lines)
     assert "not measured" not in text
     assert (f"training   0.0022 GPU-h, 2 trial(s) ({GPU}, graph+compile+fused, ssat-mbi wrn-28-5 bf16: 1.0 s/epoch, "
             "1 run: t1000.log)") in text
     assert "4 packed wrn-28-5 trials, MPS, graph mode: gain 2.50 (250 / 100 images/s" in text
-    assert "autoattack: 40.00 s/1000 images, robust accuracy 48.0% in the measurement" in text
-    assert "the clean-evaluation forward rate, standing in for the SWA BN-statistics pass" in text
+    assert ("apgd-t: 20.00 s/1000 robust images, 1 run: t1000.log; run on the images still robust: 55.4% of "
+            "AutoAttack's (the paper's Table 1, SSAT-MBI, cifar10)") in text
+    assert "40.00" not in text and "1.00 s/1000" not in text  # the records that do not fit the model
+    assert f"SWA        0.014 GPU-h, 2 trial(s) ({GPU}, wrn-28-5 swa-bn: 0.25 s/1000 images, 1 run: t1000.log)" in text
     assert f"teachers   1.00 GPU-h, 1 teacher(s) ({GPU}, FixMatch teacher wrn-28-5 bf16: 10.0 steps/s" in text
-    assert lines[-1].endswith(f"; on {GPU}: 1.04 GPU-h; nothing was started")
+    assert lines[-1].endswith(f"; on {GPU}: 1.02 GPU-h; nothing was started")
     # a whole GPU per trial: no packing; the same figures
     whole = estimate(tiny_spec(resources={"cpu": 1, "gpu": 1}), "t1000", records)
-    assert hours(whole) == {"teachers": 3600.0, "training": 20.0, "validation": 40.0, "SWA": 245.0, "evaluation": 48.0}
+    assert hours(whole) == {"teachers": 3600.0, "training": 20.0, "validation": 40.0, "SWA": 122.5,
+                            "evaluation": pytest.approx(2 * (4 + aa))}
     # precision auto trains the student and (ssat.fixmatch.teacher_precision) the teacher in bf16 on a GPU
     auto = estimate(tiny_spec(overrides={**TINY, "system.precision": "auto"}), "t1000", records)
     assert hours(auto) == hours(est)
@@ -220,7 +231,8 @@ def test_an_unmeasured_figure_is_never_borrowed_from_another_gpu(tmp_path):
         st = est["stages"][stage]
         assert (st["gpu_hours"], st["not_measured"]) == (0, st["of"]) and st["of"] > 0
     text = "\n".join(lines)
-    assert f"evaluation not measured on {h100}: wrn-28-5 evaluation: autoattack, clean, pgd10 (2 trial(s))" in text
+    assert (f"evaluation not measured on {h100}: wrn-28-5 evaluation: apgd-ce, apgd-t, clean, fab-t, pgd10, square "
+            "(2 trial(s))") in text
     assert f"no packing record of 4 and 1 wrn-28-5 trials on {h100}: assumed no gain" in text
     assert "0.50 s/1000" not in text and "t1000.log" not in text  # nothing of the other GPU
     assert lines[-1].endswith(f"on {h100}: at least 0.017 GPU-h (not measured on {h100}: teachers, validation, "
@@ -253,10 +265,10 @@ def test_a_search_counts_search_trials_without_and_confirm_trials_with_final_eva
     est = dry_run(parse_spec(raw), out=lines.append, gpu="t1000", records=records, json_path=tmp_path / "est.json")
     # 5 search + 2 x 2 confirm trials at full length, a whole GPU each (training 10 s, validation 20 s, SWA 122.5 s
     # per trial); evaluation only for the 4 confirm trials: 2 checkpoints x (0.5 + 1.5) s each, and AutoAttack
-    # (500 x 40 s/1000) for the 2 of seed 10 alone (eval.autoattack_seeds)
+    # (12.515 s, as by hand above) for the 2 of seed 10 alone (eval.autoattack_seeds)
     assert est["trials"] == 9
-    assert hours(est) == {"teachers": 3600.0, "training": 90.0, "validation": 180.0, "SWA": 9 * 122.5,
-                          "evaluation": 4 * 4.0 + 2 * 20.0}
+    assert hours(est) == {"teachers": 3600.0, "training": 90.0, "validation": 180.0, "SWA": 9 * 61.25,
+                          "evaluation": pytest.approx(4 * 4.0 + 2 * 12.515)}
     assert lines[0].startswith("sweep tiny: preset cifar10-ssat-mbi, stage search, 5 search + 4 confirm trial(s)")
     assert any(ln.startswith("- search seed 0 (x5, at most: ASHA may stop them early; no final evaluation)")
                and ln.endswith("eval - per trial") for ln in lines)

@@ -1,4 +1,5 @@
-"""Small synthetic datasets written in torchvision's real on-disk formats (no download, no network).
+"""Small synthetic datasets written in torchvision's real on-disk formats (no download, no network): the test
+suite's data and what `python -m sweeps calibrate` times the real code on.
 
 Images are class-dependent noise patterns so a model can learn something from them. The noise makes
 every image differ between its channels, its rows and its columns (and from its transpose and mirror
