@@ -27,7 +27,7 @@ if ((smoke)); then
     CAL_MIN=5 DEMO=(--epochs 2 --seeds 0 --rows 'linear|on' standard) TF32=(--n 50 --autoattack 1)
 else
     read -r -a SPECS <<< "${CAL_SPECS:-sweeps/specs/paper-table1-main.yaml}"
-    CAL=(--jobs 16) CAL_MIN=${CAL_MIN:-5.5} DEMO=() TF32=(--n 1000 --autoattack 1)
+    CAL=(--jobs 16) CAL_MIN=${CAL_MIN:-6} DEMO=() TF32=(--n 1000 --autoattack 1)
 fi
 export SSAT_CALIBRATION_DIR=$OUT/calibration
 

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     dev = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (no TF32: not the decision)"
     print(json.dumps({"device": dev, "torch": torch.__version__}), flush=True)
     t0, rows = time.perf_counter(), []
-    paths = sorted(Path(args.workdir).glob("runs/**/best.pt"))
+    paths = sorted(Path(args.workdir).glob("runs/sweeps/*/artifacts/*/best.pt"))  # each run's registered copy
     for path in paths:
         for tf32 in (False, True):
             rows.append(evaluate(path, args.n, False, tf32, device))

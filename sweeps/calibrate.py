@@ -176,7 +176,7 @@ class Calibration:
 
     def _spawn(self, item: Item, i: int, compile_only: bool) -> Worker:
         spec = {**job(item, self.args, self.cache), "compile_only": compile_only}
-        env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // self.args.jobs))}
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(2, (os.cpu_count() or 2) // self.args.jobs))}
         name = re.sub(r"[^A-Za-z0-9.+-]+", "_", item.label)[:80]
         return Worker(item, spec, self.events, self.logs / f"{'compile' if compile_only else 'measure'}-{i}-{name}.log",
                       env)
