@@ -23,6 +23,7 @@ Jobs (JSON; "config" is a trial's resolved config, ssat.config.Config.to_dict())
 from __future__ import annotations
 
 import json
+import math
 import sys
 import tempfile
 import time
@@ -70,12 +71,13 @@ def peak_mib(device: torch.device) -> float | None:
 
 # ---- synthetic data of the trial's shape ----------------------------------------------------------------
 def data_sizes(cfg: dict, steps: int) -> dict:
-    """data.* for a training job: a small labeled set (a whole number of images per class, at least one labeled
-    batch), 100 validation images, and enough other images for `steps` + a warm-up's full batches."""
+    """data.* for a training job: a small labeled set (a whole number of images per class and, for AWR, of labeled
+    batches: a cycled labeled set's last batch is short), 100 validation images, and enough other images for
+    `steps` + a warm-up's full batches."""
     o, classes = cfg["optim"], DATASET_INFO[cfg["data"]["dataset"]].classes
-    awr = cfg["optim"].get("labeled_batch") and cfg["method"]["name"].endswith("awr")
+    awr = cfg["method"]["name"].endswith("awr")
     per_step = o["unlabeled_batch"] if awr else o["batch_size"]
-    labeled = -(-max(o["labeled_batch"] if awr else 1, classes) // classes) * classes
+    labeled = math.lcm(o["labeled_batch"], classes) if awr else classes
     return {"n_labeled": labeled, "n_val": 100, "n_unlabeled": (steps + 8) * per_step,
             "n_train": 100 + labeled + (steps + 8) * per_step}
 

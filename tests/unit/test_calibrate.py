@@ -146,7 +146,7 @@ def test_data_sizes_give_each_training_figure_its_full_batches():
     assert s == {"n_labeled": 100, "n_val": 100, "n_unlabeled": 48 * 128, "n_train": 100 + 100 + 48 * 128}
     awr = from_dict(preset("cifar10-ssat-mbi-awr")).to_dict()
     s = measure.data_sizes(awr, 40)
-    assert s["n_labeled"] == 70 and s["n_unlabeled"] == 48 * awr["optim"]["unlabeled_batch"]  # >= one batch of 64
+    assert s["n_labeled"] == 320 and s["n_unlabeled"] == 48 * awr["optim"]["unlabeled_batch"]  # 5 batches of 64
 
 
 # ---- the dry run reads the user's own figures first -------------------------------------------------------------
