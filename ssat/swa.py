@@ -14,7 +14,11 @@ class WeightAverage:
     over `bn_images()`, clean training images in chunks, as the authors' bn_update)."""
 
     def __init__(self, model: nn.Module, start: int, bn: str, bn_images: Callable[[], Iterable[torch.Tensor]]):
-        self.avg = torch.optim.swa_utils.AveragedModel(model, use_buffers=bn == "average")
+        # avg_fn: one tensor at a time on every device. Without it CUDA takes torch's foreach path, whose
+        # addcdiv refuses the integer BN buffer (num_batches_tracked) that "average" carries: every GPU trial
+        # with swa_bn average failed at its first averaged epoch (H200, torch 2.11). A CPU already took this path.
+        self.avg = torch.optim.swa_utils.AveragedModel(model, use_buffers=bn == "average",
+                                                       avg_fn=torch.optim.swa_utils.get_swa_avg_fn())
         self.start, self.bn, self.bn_images = start, bn, bn_images
 
     def active(self, epoch: int) -> bool:

@@ -123,8 +123,9 @@ def _eval(rec: dict):
 
 
 def _teacher(rec: dict):
-    """((model, precision), FixMatch steps per second) of a teacher record."""
-    if rec.get("bench") != "teacher" or not rec.get("steps_per_s"):
+    """((model, precision), FixMatch steps per second) of a teacher record; one that does not say how its step ran
+    ("compile") timed the eager teacher of before, not the one a GPU runs now (ssat.fixmatch.TeacherSteps)."""
+    if rec.get("bench") != "teacher" or not rec.get("steps_per_s") or "compile" not in rec:
         return None
     return (rec.get("teacher_model"), rec.get("precision")), float(rec["steps_per_s"])
 
@@ -728,17 +729,20 @@ def _gpu_section(device: str, ests: list[dict]) -> list[str]:
 ABOUT = """\
 ## What the figures rest on
 
-Every cell is GPU-hours of one GPU type, from the JSON lines that benchmarks/ wrote into benchmarks/results/
-for that GPU alone (the median where several runs measured the same figure); a figure missing there reads
-"not measured", never scaled from another GPU. Training is epochs x the measured seconds per 49,000-image
-CIFAR-10 epoch of the real Trainer with the trial's model, batching (union or AWR), precision and step engine
-as it will run on a GPU (`engine_mode`), scaled to the dataset's training images. Validation is clean + PGD-10
-on the validation images every `eval.val_every` epochs and the last two; the SWA statistics pass (SWA with
-`optim.swa_bn: recompute`) is one clean forward over the training images per epoch after `optim.swa_start`, at
-the clean-evaluation rate (an estimate); the final evaluation is clean and PGD-k on each checkpoint in
-`eval.checkpoints` and AutoAttack on `eval.autoattack_checkpoints` for `eval.autoattack_seeds`, all from the
-evaluation records (fp32, TF32 as `eval.tf32` says; AutoAttack's time depends on the robust accuracy of the
-model it measured, which the figure names).
+Every cell is GPU-hours of one GPU type, from the JSON lines that `python -m sweeps calibrate` and benchmarks/
+wrote into benchmarks/results/ for that GPU alone (the median where several runs measured the same figure); a
+figure missing there reads "not measured", never scaled from another GPU. Training is epochs x the measured
+seconds per CIFAR-10 epoch of the real Trainer with the trial's model, method, precision and step engine as it
+will run on a GPU (`engine_mode`), scaled to the dataset's training images; an epoch is one schedule change (a
+new CUDA-graph capture) and the rest of its steps at the steady rate. Validation is clean + PGD-10 on the
+validation images every `eval.val_every` epochs and the last two; the SWA statistics pass (SWA with
+`optim.swa_bn: recompute`) is one train-mode forward over the training images per epoch after `optim.swa_start`;
+the final evaluation is clean and PGD-k on each checkpoint in `eval.checkpoints` and AutoAttack on
+`eval.autoattack_checkpoints` for `eval.autoattack_seeds`, in fp32 (TF32 as `eval.tf32` says). AutoAttack's
+attacks run on the images still robust when each starts: their figures are seconds per 1,000 images that stay
+robust through the attack's whole standard budget (timed on a stand-in that no attack moves), and the share of
+images each runs on is the paper's Table 1 SSAT-MBI accuracy of the dataset (clean for APGD-CE, PGD-40 for
+APGD-T, AutoAttack for FAB-T and Square; every image for a dataset the paper does not report).
 Teachers are trained once per split: `teacher.steps` / the measured FixMatch steps per second. Trials packed on
 a GPU (`resources.gpu` < 1) cost 1/gain of their time alone, from the packing records of the GPU and model (MPS
 first); without such a record, no gain. Searches count their trials at full length (at most). The paper's
@@ -747,7 +751,8 @@ measured.
 
 Regenerate after new measurements, spec or default changes: `.venv/bin/python -m sweeps.dryrun --table`
 (tests/unit/test_dryrun.py fails while this page differs from what that writes). One sweep, trial by trial:
-`.venv/bin/python -m sweeps run SPEC --dry-run --gpu NAME`.
+`.venv/bin/python -m sweeps run SPEC --dry-run --gpu NAME`. Your own GPU: `python -m sweeps calibrate SPEC`
+measures what that needs, and the dry run reads your figures first.
 """
 
 

@@ -192,8 +192,7 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
     overrides = _overrides(raw, path, sets, data_root, cpu_only)
     base = _base(pname, ep, overrides, path, "preset")
     seeds = _seeds(seeds if seeds is not None else raw.get("seeds", [0]), path)
-    res = _resources({**(raw.get("resources") or {}), **({} if gpu_share is None else {"gpu": gpu_share})}, path,
-                     cpu_only, "--gpu-share" if gpu_share is not None else "resources.gpu")
+    res = _resources(raw.get("resources") or {}, path, cpu_only, gpu_share)
     mc = _int(max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1), path, "max_concurrent")
     metric, mode = _metrics(raw, path)
     stage = raw.get("stage", "search" if "search" in raw else "grid")
@@ -300,11 +299,13 @@ def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> di
         raise _err(path, f"{where} {pname!r}: {exc}") from None
 
 
-def _resources(res: Any, path: str, cpu_only: bool, gpu_field: str = "resources.gpu") -> dict:
+def _resources(res: Any, path: str, cpu_only: bool, gpu_share: float | None = None) -> dict:
+    """resources, with --gpu-share (`gpu_share`) in place of resources.gpu when given."""
     if not isinstance(res, dict):
         raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {res!r}")
     check_keys(res, {"cpu", "gpu", "custom"}, path, "resources.")
-    cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
+    cpu, gpu = res.get("cpu", 1), res.get("gpu", 0) if gpu_share is None else gpu_share
+    gpu_field = "resources.gpu" if gpu_share is None else "--gpu-share"
     custom = res.get("custom") or {}
     if not isinstance(custom, dict) or not all(
             isinstance(k, str) and k and _number(v) and 0 < v < float("inf")

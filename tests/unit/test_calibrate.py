@@ -45,7 +45,7 @@ def test_plan_groups_a_models_evaluation_into_one_process_and_skips_what_is_meas
     assert len(cal.plan([spec, load_spec(TINY)])) == 5
     # --missing-only: a measured figure is left out
     rec = {"device": "GPU X", "bench": "teacher", "teacher_model": "cnn-small", "precision": "bf16",
-           "steps_per_s": 3.0}
+           "steps_per_s": 3.0, "compile": "off"}
     (tmp_path / "x.json").write_text(json.dumps(rec) + "\n")
     measured = Measurements("GPU X", read_records(tmp_path))
     assert [i.kind for i in cal.plan([spec], measured)] == ["training"] * 3 + ["eval"]
@@ -154,7 +154,7 @@ def test_the_users_figures_come_first_and_a_missing_one_says_how_to_fill_it(tmp_
     repo, own = tmp_path / "repo", tmp_path / "own"
     repo.mkdir(), own.mkdir()
     head = {"device": "GPU X"}
-    rec = {"bench": "teacher", "teacher_model": "cnn-small", "precision": "bf16"}
+    rec = {"bench": "teacher", "teacher_model": "cnn-small", "precision": "bf16", "compile": "default"}
     (repo / "r.json").write_text("\n".join(json.dumps(r) for r in (head, {**rec, "steps_per_s": 10.0})) + "\n")
     (own / "o.json").write_text("\n".join(json.dumps(r) for r in (head, {**rec, "steps_per_s": 40.0})) + "\n")
     both = Measurements("GPU X", read_records(repo, own))

@@ -92,3 +92,22 @@ def test_swa_bn_is_checked_by_name():
         from_dict(preset("mnist5k-ssat-mbi"), {"optim.swa_bn": "average"})
     cfg = from_dict(preset("mnist5k-ssat-mbi"), {"optim.swa_start": 3})
     assert cfg.replace(**{"optim.swa_bn": "average"}).config_hash() != cfg.config_hash()
+
+
+def test_the_average_takes_the_per_tensor_path_that_integer_buffers_survive():
+    """On CUDA torch's default averaging is a foreach addcdiv, which refuses BN's integer num_batches_tracked: the
+    average must go one tensor at a time (the CPU's path) on every device. The values are the running mean."""
+    from ssat.swa import WeightAverage
+
+    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    wa = WeightAverage(net, 0, "average", lambda: [])
+    assert wa.avg.avg_fn is not None and wa.avg.multi_avg_fn is None  # not the foreach path
+    steps = []
+    for epoch, (w, n) in enumerate(((1.0, 4), (2.0, 6), (6.0, 11)), start=1):
+        with torch.no_grad():
+            net[0].weight.fill_(w)
+        net[1].num_batches_tracked.fill_(n)
+        wa.update(net, epoch)
+        steps.append((wa.avg.module[0].weight[0, 0].item(), wa.avg.module[1].num_batches_tracked.item()))
+    assert steps == [(1.0, 4), (1.5, 5), (3.0, 7)]  # float: mean of 1, 2, 6; integer: truncated running mean
+    assert wa.avg.module[1].num_batches_tracked.dtype == torch.long
