@@ -16,7 +16,7 @@ which is what a trial pays before it trains at full speed, compile or cache load
 in TF32: clean, PGD-10/20/40 (ssat.evaluate's attack) and APGD-CE, then standard AutoAttack on `--aa-n` images
 with each of its attacks timed; the robust accuracy of each, so the TF32 choice can be checked against fp32.
 
-Every record is a JSON line in the format sweeps/dryrun.py reads. A CPU run is a smoke test, never a measurement.
+Every record is a JSON line in the format sweeps/costs.py reads. A CPU run is a smoke test, never a measurement.
 """
 from __future__ import annotations
 
@@ -35,14 +35,12 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ssat.config import from_dict, scale_epochs  # noqa: E402
-from ssat.datasets import split_for  # noqa: E402
 from ssat.evaluate import (autoattack_accuracy, first_test_images, fp32_precision,  # noqa: E402
                            load_checkpoint_model, pgd_accuracy)
-from ssat.models import create_model  # noqa: E402
 from ssat.presets import preset  # noqa: E402
-from ssat.pseudo_labels import TeacherOutputs  # noqa: E402
 from ssat.train import Trainer  # noqa: E402
 from ssat.synthetic import write_cifar10  # noqa: E402
+from sweeps.measure import engine_mode, random_teacher  # noqa: E402
 
 CIFAR_UNION, CIFAR_UNLABELED = 49_000, 45_000  # a CIFAR-10 epoch: union batching / AWR (over the unlabeled images)
 
@@ -61,15 +59,6 @@ def synthetic_cifar10(root: Path, n_train: int, n_test: int) -> Path:
     return root
 
 
-def random_teacher(cfg) -> TeacherOutputs:
-    """Random logits on the split's unlabeled images and random weights of the teacher's architecture."""
-    _, split = split_for(cfg)
-    name = cfg.teacher.model or cfg.model.name
-    g = torch.Generator().manual_seed(0)
-    return TeacherOutputs(torch.randn(len(split.unlabeled), 10, generator=g) * 3, split.hash, name,
-                          create_model(name, 10, 3).state_dict())
-
-
 def epoch_config(args, root: Path):
     """The method's CIFAR-10 preset at --epochs (schedules scaled), on `args.images` training images per epoch."""
     d = preset(f"cifar10-{args.method}")
@@ -82,13 +71,6 @@ def epoch_config(args, root: Path):
     if args.precision:
         over["system.precision"] = args.precision
     return from_dict(d, over)
-
-
-def engine_mode(engine) -> str:
-    """"graph+compile", "graph", "compile" or "eager", + "+fused" with fused forwards: what the step engine ran."""
-    graphed = engine.graph_status == "captured"
-    return {(True, True): "graph+compile", (True, False): "graph", (False, True): "compile"}.get(
-        (graphed, engine.compile != "off"), "eager") + ("+fused" if engine.fused_status == "on" else "")
 
 
 def first_full_speed(ends: list[float]) -> float | None:

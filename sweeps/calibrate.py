@@ -1,7 +1,7 @@
 """`python -m sweeps calibrate SPEC... [--budget MINUTES] [--out DIR]`: what these sweeps cost on this GPU.
 
 Measures, on the GPU it runs on, exactly the figures the dry run's cost model needs for the specs
-(`sweeps.dryrun.needed_figures`) and nothing else: each distinct training epoch (model, method, step engine,
+(`sweeps.costs.needed_figures`) and nothing else: each distinct training epoch (model, method, step engine,
 precision, as the trial will run), each FixMatch teacher's steps per second, and per model the evaluation passes
 (clean, the SWA BN pass, PGD-k, each AutoAttack attack). Then `python -m sweeps run SPEC --dry-run --gpu NAME`
 prices every stage from them.
@@ -14,13 +14,12 @@ alone on the otherwise idle GPU (sweeps/measure.py says how each figure is timed
 reported and left out; `--budget` stops the run after that many minutes, keeping what was measured.
 
 Results: JSON lines named by GPU and date, in `--out` (default: this user's calibration folder, which the dry run
-reads first, sweeps.dryrun.calibration_dir) and in benchmarks/results/ when run from a checkout of the repository.
+reads first, sweeps.costs.calibration_dir) and in benchmarks/results/ when run from a checkout of the repository.
 On a machine without a CUDA GPU it refuses; `--device cpu` runs the same code on the CPU (the tests do, with
 tiny models), its records marked "cpu": never a GPU figure.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -35,7 +34,7 @@ from pathlib import Path
 
 from ssat.config import Config, parse_overrides
 
-from .dryrun import RESULTS, ROOT, Measurements, calibration_dir, needed_figures, read_records
+from .costs import RESULTS, ROOT, Measurements, calibration_dir, needed_figures, read_records
 from .errors import UsageError
 from .paths import sweep_paths
 from .spec import load_spec

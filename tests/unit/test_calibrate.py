@@ -13,8 +13,8 @@ from ssat.config import from_dict
 from ssat.presets import preset
 from sweeps import calibrate as cal
 from sweeps import measure
-from sweeps.dryrun import Measurements, calibration_dir, dry_run, needed_figures, read_records
-from sweeps.errors import UsageError
+from sweeps.costs import Measurements, calibration_dir, needed_figures, read_records
+from sweeps.dryrun import dry_run
 from sweeps.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]

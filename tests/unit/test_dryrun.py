@@ -8,8 +8,8 @@ import pytest
 
 from ssat.config import from_dict
 from ssat.presets import preset
-from sweeps.dryrun import (COSTS_PAGE, Measurements, costs_page, describe, dry_run, engine_mode, estimate,
-                           final_images, read_records, schedule_lines, validation_epochs)
+from sweeps.costs import Measurements, engine_mode, estimate, final_images, read_records, validation_epochs
+from sweeps.dryrun import COSTS_PAGE, costs_page, describe, dry_run, schedule_lines
 from sweeps.spec import load_spec, parse_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "sweeps" / "specs"
