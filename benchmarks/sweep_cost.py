@@ -40,9 +40,8 @@ from ssat.evaluate import (autoattack_accuracy, first_test_images, fp32_precisio
 from ssat.presets import preset  # noqa: E402
 from ssat.train import Trainer  # noqa: E402
 from ssat.synthetic import write_cifar10  # noqa: E402
-from sweeps.measure import engine_mode, random_teacher  # noqa: E402
+from sweeps.measure import CIFAR10_EPOCH, engine_mode, random_teacher  # noqa: E402
 
-CIFAR_UNION, CIFAR_UNLABELED = 49_000, 45_000  # a CIFAR-10 epoch: union batching / AWR (over the unlabeled images)
 
 
 def sync(device: torch.device) -> None:
@@ -98,10 +97,10 @@ def cmd_epoch(args) -> dict:
 
     tr.engine.step = timed
     hist = tr.fit()
-    m, awr = hist[-1], cfg.is_awr
-    per_epoch = CIFAR_UNLABELED if awr else CIFAR_UNION
+    m = hist[-1]
+    per_epoch = CIFAR10_EPOCH[cfg.batching.name]
     ips = m["perf/images_per_s"]
-    unit_ips = len(tr.batches) / m["perf/epoch_seconds"] if awr else ips  # AWR: unlabeled images per second
+    unit_ips = len(tr.batches) / m["perf/epoch_seconds"]  # the images an epoch goes through once (AWR: unlabeled)
     r = {"bench": "trainer", "trainer_model": args.model, "method": args.method, "mode": engine_mode(tr.engine),
          "precision": tr.engine.precision, "compile": tr.engine.compile, "graph_mode": tr.engine.graph_status,
          "fused_forward": tr.engine.fused_status, "compile_cache": tr.engine.status()["compile_cache"],

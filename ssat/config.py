@@ -237,11 +237,18 @@ class Config:
         return self.attack.eps if self.attack.eps is not None else DATASET_EPS[self.data.dataset]
 
     @property
-    def is_awr(self) -> bool:
-        """The method trains on separate labeled and unlabeled batches (its registry entry's batching)."""
+    def method_entry(self):
+        """The method's registry entry (ssat/methods.py): its loss, batching and beta rule."""
         from .methods import METHOD_REGISTRY
 
-        return METHOD_REGISTRY[self.method.name].batching == "awr"
+        return METHOD_REGISTRY[self.method.name]
+
+    @property
+    def batching(self):
+        """How the method's steps draw their images: its batching's registry entry (ssat/batchings.py)."""
+        from .batchings import BATCHING_REGISTRY
+
+        return BATCHING_REGISTRY[self.method_entry.batching]
 
     def replace(self, **dotted: Any) -> "Config":
         """A new validated config with dotted overrides (`replace(**{"method.beta": 0.5})`)."""
@@ -492,7 +499,7 @@ def validate(cfg: Config) -> None:
         interpolating = ", ".join(method_names(lambda e: e.may_interpolate))
         _need(not m.interpolate, f"method.interpolate: true with method.name={m.name!r}, whose loss never "
               f"uses the interpolated example; use one of {interpolating}, or set interpolate=false")
-    _check_awr_only(cfg, METHOD_REGISTRY[m.name].batching == "awr")
+    _check_batching_settings(cfg)
     _need(not (s.precision == "fp16" and s.device == "cpu"), "system.precision: 'fp16' with system.device='cpu'; "
           "fp16 is float16 autocast with a gradient scaler, for CUDA; on a CPU use fp32 (or auto)")
     _need(cfg.eps is None or cfg.eps > 0, f"attack.eps: {a.eps}; allowed: eps > 0")
@@ -541,18 +548,21 @@ def validate(cfg: Config) -> None:
     validate_teacher(cfg.teacher)
 
 
-def _check_awr_only(cfg: Config, awr: bool) -> None:
-    """The settings of the AWR step alone: refused with a union method, and hard targets with the KL attack."""
+def _check_batching_settings(cfg: Config) -> None:
+    """The settings that one batching alone takes (ssat/batchings.py own_settings) keep their neutral value under a
+    method of another batching; hard targets are refused with the KL attack."""
+    from .batchings import BATCHING_REGISTRY
     from .methods import method_names
 
-    d, m, a = cfg.data, cfg.method, cfg.attack
-    awr_methods = ", ".join(method_names(lambda e: e.batching == "awr"))
-    for path, value, neutral in (("data.labeled_sampling", d.labeled_sampling, "random"),
-                                 ("method.awr_forwards", m.awr_forwards, "single"),
-                                 ("attack.inner_target", a.inner_target, "soft")):
-        _need(awr or value == neutral, f"{path}: {value!r} with method.name={m.name!r}, whose union batches have no "
-              f"separate labeled/unlabeled step; allowed with it: {neutral!r} (the other value is for the AWR "
-              f"methods: {awr_methods})")
+    m, a, mine = cfg.method, cfg.attack, cfg.batching
+    for owner in BATCHING_REGISTRY.values():
+        for path, neutral in owner.own_settings if owner is not mine else ():
+            section, key = path.split(".")
+            value = getattr(getattr(cfg, section), key)
+            users = ", ".join(method_names(lambda e: e.batching == owner.name))
+            _need(value == neutral, f"{path}: {value!r} with method.name={m.name!r}, whose {mine.label} batches have no "
+                  f"{owner.label} step; allowed with it: {neutral!r} (the other value is for the {owner.label} "
+                  f"methods: {users})")
     _need(a.inner_target == "soft" or a.inner_loss == "ce", f"attack.inner_target: {a.inner_target!r} with "
           "attack.inner_loss='kl', whose attack has no target (KL to the clean prediction); allowed with kl: 'soft'")
 

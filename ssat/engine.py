@@ -1,6 +1,6 @@
 """The step engine: how fast a training step runs, never what it computes (that is ssat/step.py).
 
-    engine = Engine(model, opt, cfg, device, terms_fn, batching, log)
+    engine = Engine(model, opt, cfg, device, batch_step, sizes, counts, log)
     engine.begin_epoch()
     engine.step(batch, sched, acc)        # one optimiser step; acc: StepStats, read once per epoch
     engine.end_epoch()
@@ -33,7 +33,7 @@ GRAPH_WARMUP = 3  # eager steps before each CUDA-graph capture (cuDNN autotuning
 # torch.compile modes that capture CUDA graphs themselves (cudagraph trees): a whole-step capture cannot hold them
 GRAPHING_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
-TermsFn = Callable[..., tuple]  # (net, batch, eps_max, rho) -> (terms, x, x_pgd, x_adv, alpha)
+BatchStep = Callable[..., tuple]  # (net, batch, eps_max, rho, forward) -> (terms, x, x_pgd, x_adv, alpha)
 
 
 def compile_mode(setting: str, device_type: str) -> str:
@@ -77,13 +77,6 @@ def fused_plan(setting: str, device_type: str, model: nn.Module):
     if refusal:
         return separate_forwards, f"off: {refusal}"
     return segmented_forward, "on"
-
-
-def images(batch, batching: str) -> tuple[int, int]:
-    """(attacked images, all images) of a batch: union (x, y) -> (B, B); AWR (xl, yl, xu) -> (u, n + u)."""
-    if batching == "awr":
-        return len(batch[2]), len(batch[0]) + len(batch[2])
-    return len(batch[0]), len(batch[0])
 
 
 class DeviceScaler:
@@ -235,17 +228,15 @@ class GraphStep:
 
 
 class Engine:
-    """Runs `terms_fn` (a step of ssat/step.py bound to its config) as one optimiser step, as fast as the device
-    and system.* allow. Batches are the method's batching's: union (x, y), AWR (xl, yl, xu); sizes: the full
-    batch's lengths (union (B, B); AWR (n, n, u)), the shape graph mode captures and the compiled model runs."""
+    """Runs `batch_step` (a batching's step of ssat/step.py, bound to its config) as one optimiser step, as fast as
+    the device and system.* allow. Batches are the method's batching's (ssat/batchings.py); sizes: a full batch's
+    lengths, the shape graph mode captures and the compiled model runs; counts(batch): (attacked, all) images."""
 
-    def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, cfg, device: torch.device, terms_fn: TermsFn,
-                 sizes: tuple[int, ...], log: Callable[[str], None] = print):
-        from .methods import METHOD_REGISTRY
-
+    def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, cfg, device: torch.device, batch_step: BatchStep,
+                 sizes: tuple[int, ...], counts: Callable[..., tuple[int, int]], log: Callable[[str], None] = print):
         s = cfg.system
-        self.model, self.opt, self.device, self.terms_fn, self.log = model, opt, device, terms_fn, log
-        self.batching = METHOD_REGISTRY[cfg.method.name].batching
+        self.model, self.opt, self.device, self.batch_step, self.log = model, opt, device, batch_step, log
+        self.counts = counts
         if device.type == "cuda":
             torch.backends.cudnn.benchmark = s.cudnn_benchmark  # cuDNN picks its fastest algorithms (autotuning)
         self.precision = training_precision(s.precision, device.type)
@@ -288,7 +279,7 @@ class Engine:
     def terms(self, batch, eps_max: float, rho: float, net: nn.Module | None = None) -> tuple:
         """The step's loss terms and images for `batch` (no optimiser step): what _step differentiates."""
         with self.autocast():
-            return self.terms_fn(self.net if net is None else net, self.prep(batch), eps_max, rho)
+            return self.batch_step(self.net if net is None else net, self.prep(batch), eps_max, rho, self.forward)
 
     # ---- the step -----------------------------------------------------------------------------------
     def step(self, batch, sched: dict[str, float], acc: StepStats, poison: bool = False) -> None:
@@ -302,7 +293,7 @@ class Engine:
         else:
             self._step(batch, sched, acc, poison, net=self.net if full else self.model)
             acc.eager_steps += 1
-        acc.count(*images(batch, self.batching))
+        acc.count(*self.counts(batch))
         if self.first_step_at is None:  # once per process: when training began (compile and capture behind it)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)

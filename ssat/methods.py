@@ -2,7 +2,7 @@
 
 The config's allowed names and its interpolation rule, the trainer's step dispatch and the dry run's cost
 estimate read an entry; nothing else names a method. A method's loss is a pure function of logits (the
-equations are in ssat/losses.py); which step produces those logits is its batching.
+equations are in ssat/losses.py); which step produces those logits is its batching (ssat/batchings.py).
 """
 from __future__ import annotations
 
@@ -12,9 +12,6 @@ from typing import Callable
 import torch
 
 from .losses import awr_loss, mbi_loss, uat_loss
-
-BATCHINGS = ("union", "awr")
-
 
 @dataclass(frozen=True)
 class Method:
@@ -35,7 +32,7 @@ class Method:
     """
     name: str
     label: str                        # its row in the paper's tables (runs record it: ssat.method_label)
-    batching: str
+    batching: str                     # its entry in ssat/batchings.py
     loss: Callable[..., dict[str, torch.Tensor]]
     may_interpolate: bool
     forced_beta: float | None = None
@@ -51,10 +48,13 @@ METHOD_REGISTRY: dict[str, Method] = {}
 
 def register_method(method: Method) -> Method:
     """Add a method under its name; a taken name or an unknown batching is refused."""
+    from .batchings import BATCHING_REGISTRY
+
     if method.name in METHOD_REGISTRY:
         raise ValueError(f"method {method.name!r} is registered already")
-    if method.batching not in BATCHINGS:
-        raise ValueError(f"method {method.name!r}: batching {method.batching!r}; allowed: {', '.join(BATCHINGS)}")
+    if method.batching not in BATCHING_REGISTRY:
+        raise ValueError(f"method {method.name!r}: batching {method.batching!r}; allowed: "
+                         f"{', '.join(BATCHING_REGISTRY)}")
     METHOD_REGISTRY[method.name] = method
     return method
 

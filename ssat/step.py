@@ -18,7 +18,6 @@ from torch.profiler import record_function
 
 from .attacks import pgd
 from .interpolation import interpolate
-from .methods import METHOD_REGISTRY
 
 Forward = Callable[[nn.Module, list], list]
 
@@ -53,7 +52,7 @@ def adversarial_examples(net: nn.Module, cfg, x: torch.Tensor, targets: torch.Te
 def pgd_term_weighted(cfg) -> bool:
     """Whether x_pgd goes through the model for its own KL term: its weight 1 - beta is above 0, or
     method.pgd_forward is "always" (the code before it forwarded x_pgd at beta = 1 too)."""
-    return cfg.method.pgd_forward == "always" or METHOD_REGISTRY[cfg.method.name].beta(cfg.method) < 1
+    return cfg.method.pgd_forward == "always" or cfg.method_entry.beta(cfg.method) < 1
 
 
 def _with_pgd(xs: list[torch.Tensor], x_adv: torch.Tensor, x_pgd: torch.Tensor, cfg) -> tuple[list, bool]:
@@ -75,7 +74,7 @@ def union_step(net: nn.Module, cfg, x: torch.Tensor, y: torch.Tensor, eps_max: f
     """One union batch (SSAT-MBI, RST, UAT++, TRADES): x (B, C, H, W) with y (B,) labels or (B, C) soft targets
     -> (terms, x, x_pgd, x_adv, alpha). Train-mode forwards of x, x_adv [, x_pgd], in that order; with lambda 0
     (and a method whose CE is on x) no term uses an adversarial example: standard training, no attack."""
-    m, method = cfg.method, METHOD_REGISTRY[cfg.method.name]
+    m, method = cfg.method, cfg.method_entry
     if m.lam == 0 and not method.ce_on_adv:
         x_pgd = x_adv = x
         alpha = torch.zeros(len(x), device=x.device)
@@ -100,7 +99,7 @@ def awr_step(net: nn.Module, teacher: nn.Module, cfg, xl: torch.Tensor, yl: torc
     second. PGD's CE target (attack.inner_target): the teacher's probabilities (soft) or their argmax (hard); the
     margin always takes the probabilities.
     """
-    m, method = cfg.method, METHOD_REGISTRY[cfg.method.name]
+    m, method = cfg.method, cfg.method_entry
     authors = m.awr_forwards == "authors"
     if authors:
         net.train()

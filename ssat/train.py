@@ -13,6 +13,7 @@ CLI: python -m ssat.train --preset mnist5k-ssat-mbi [--set key=value ...] [--epo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -26,14 +27,13 @@ from torch.profiler import record_function
 
 from . import faults
 from .config import Config
-from .datasets import AWRBatches, DATASET_INFO, UnionBatches, split_for, to_float
+from .datasets import DATASET_INFO, split_for, to_float
 from .engine import Engine, StepStats
 from .evaluate import evaluate_checkpoints, evaluate_model
 from .models import create_model
 from .pseudo_labels import TeacherOutputs
 from .runtime import resolve_device, seed_everything
 from .schedules import at_epoch
-from .step import awr_step, union_step
 from .swa import WeightAverage
 from .teacher import load_teacher_model, resolve_teacher
 from .storage import load_verified, save_verified
@@ -64,11 +64,13 @@ class Trainer:
         self.num_classes, self.channels = info.classes, info.channels
         self.teacher = self._build_teacher(teacher)
         self.model, self.opt = self._build_model()  # the model's initial weights: the run seed's first draws
+        b = cfg.batching
         self.teacher_model = load_teacher_model(self.teacher, self.num_classes, self.channels, self.device) \
-            if cfg.is_awr else None
+            if b.teacher_net else None
         self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.batches, sizes = self._build_batches()
-        self.engine = Engine(self.model, self.opt, cfg, self.device, self._terms, sizes, log)
+        self.batches = b.build(cfg, self.arrays, self.split, self.teacher, self.num_classes, self.device)
+        step = functools.partial(_bound_step, b.step, cfg, self.teacher_model)
+        self.engine = Engine(self.model, self.opt, cfg, self.device, step, b.sizes(cfg, self.batches), b.counts, log)
         self.acc = StepStats(self.device, cfg.method.K)
         val = torch.from_numpy(self.split.val)
         self.x_val = self.engine.prep([to_float(self.arrays.x_train[val]).to(self.device)])[0]
@@ -105,26 +107,6 @@ class Trainer:
         return model, torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay,
                                       nesterov=o.nesterov)
 
-    def _build_batches(self):
-        """The epoch's batches on the device, and the lengths of a full batch (what graph mode captures)."""
-        cfg, o = self.cfg, self.cfg.optim
-        x, y, flip = self.arrays.x_train, self.arrays.y_train, DATASET_INFO[cfg.data.dataset].flip
-        if cfg.is_awr:
-            b = AWRBatches(x, y, self.split, o.labeled_batch, o.unlabeled_batch, self.device, flip,
-                           cfg.data.labeled_sampling)
-            return b, (b.lb, b.lb, b.ub)
-        t = self.teacher
-        soft = t.probabilities() if t is not None and len(self.split.unlabeled) else None
-        b = UnionBatches(x, y, self.split, soft, self.num_classes, o.batch_size, self.device, flip)
-        return b, (o.batch_size, o.batch_size)
-
-    def _terms(self, net: nn.Module, batch, eps_max: float, rho: float):
-        """The method's step (ssat/step.py) on a batch: (terms, x, x_pgd, x_adv, alpha)."""
-        fwd = self.engine.forward
-        if self.cfg.is_awr:
-            return awr_step(net, self.teacher_model, self.cfg, *batch, eps_max, rho, forward=fwd)
-        return union_step(net, self.cfg, *batch, eps_max, rho, forward=fwd)
-
     # ---- one epoch ----------------------------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, float]:
         sched = at_epoch(self.cfg, epoch)  # eps_max, rho and lr (the dry run prints the same numbers)
@@ -159,7 +141,7 @@ class Trainer:
     # ---- validation and selection -------------------------------------------------------------
     def _bn_images(self):
         """Clean (unaugmented) training images in chunks of 500: the SWA model's BN statistics pass."""
-        xs = self.batches.xu if self.cfg.is_awr else self.batches.x
+        xs = self.cfg.batching.bn_images(self.batches)
         return (self.engine.prep([to_float(xs[i: i + 500])])[0] for i in range(0, len(xs), 500))
 
     def selection_model(self, epoch: int) -> nn.Module:
@@ -247,6 +229,11 @@ class Trainer:
         {ckpt: {attack: {"acc", "protocol"}}} (ssat.evaluate.evaluate_checkpoints)."""
         return evaluate_checkpoints(self.cfg, self.out, self.arrays, self.device, self.engine.channels_last,
                                     self.best_epoch, checkpoints, log=self.log)
+
+
+def _bound_step(step, cfg: Config, teacher_net, net: nn.Module, batch, eps_max: float, rho: float, forward):
+    """A batching's step with the run's config and teacher network bound: what the engine runs."""
+    return step(net, cfg, teacher_net, batch, eps_max, rho, forward)
 
 
 def _check_finite(bad: torch.Tensor, epoch: int, step) -> None:

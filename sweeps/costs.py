@@ -22,9 +22,10 @@ from ssat.runtime import training_precision
 from .spec import Spec
 
 ROOT = Path(__file__).resolve().parents[1]
-# Minutes per epoch measured by the paper (Table 8, one GPU) for the union methods / AWR, per (dataset, model).
-PAPER_MIN_PER_EPOCH = {("cifar10", "wrn-28-5"): (3.06, 3.87), ("svhn", "wrn-28-2"): (2.00, 4.45),
-                       ("cifar100", "wrn-28-8"): (5.64, 4.45)}
+# Minutes per epoch measured by the paper (Table 8, one GPU) per (dataset, model) and batching.
+PAPER_MIN_PER_EPOCH = {("cifar10", "wrn-28-5"): {"union": 3.06, "awr": 3.87},
+                       ("svhn", "wrn-28-2"): {"union": 2.00, "awr": 4.45},
+                       ("cifar100", "wrn-28-8"): {"union": 5.64, "awr": 4.45}}
 RESULTS = ROOT / "benchmarks" / "results"
 # Training images per epoch of a union-batching run (the training set less validation); the measured epoch times
 # are per CIFAR-10 epoch of 49,000 images (MEASURED_EPOCH) and scale with these.
@@ -44,10 +45,8 @@ TRIAL_STAGES = STAGES[1:]
 
 def gpu_hours(cfg: Config) -> float | None:
     """Estimated GPU-hours of one trial with a whole GPU, from the paper's per-epoch times (None: no figure)."""
-    fig = PAPER_MIN_PER_EPOCH.get((cfg.data.dataset, cfg.model.name))
-    if fig is None:
-        return None
-    return cfg.optim.epochs * fig[1 if cfg.is_awr else 0] / 60
+    fig = PAPER_MIN_PER_EPOCH.get((cfg.data.dataset, cfg.model.name), {}).get(cfg.batching.name)
+    return None if fig is None else cfg.optim.epochs * fig / 60
 
 
 # ---- the measurements: JSON lines of benchmarks/results/*.json|*.log and the user's calibrations -------------

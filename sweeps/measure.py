@@ -45,6 +45,9 @@ AA_STANDARD = {"apgd-ce": (100, 1), "apgd-t": (100, 9), "fab-t": (100, 9), "squa
 AA_TIMED = {"apgd-ce": (10, 1), "apgd-t": (10, 1), "fab-t": (10, 1), "square": (100, 1)}
 PGD_TIMED = (2, 6)  # PGD iterations timed: the cost of one more iteration is the difference over 4
 SWA_CHUNK = 500  # images per forward of the SWA BN pass (ssat.train.Trainer._bn_images)
+# The images a CIFAR-10 epoch goes through, per batching (the union of labeled and unlabeled images; AWR: the
+# unlabeled ones): what an epoch figure (`cifar10_epoch_s`) is the time of.
+CIFAR10_EPOCH = {"union": 49_000, "awr": 45_000}
 
 
 def emit(event: str, **fields) -> None:
@@ -71,13 +74,12 @@ def peak_mib(device: torch.device) -> float | None:
 
 # ---- synthetic data of the trial's shape ----------------------------------------------------------------
 def data_sizes(cfg: dict, steps: int) -> dict:
-    """data.* for a training job: a small labeled set (a whole number of images per class and, for AWR, of labeled
-    batches: a cycled labeled set's last batch is short), 100 validation images, and enough other images for
-    `steps` + a warm-up's full batches."""
-    o, classes = cfg["optim"], DATASET_INFO[cfg["data"]["dataset"]].classes
-    awr = cfg["method"]["name"].endswith("awr")
-    per_step = o["unlabeled_batch"] if awr else o["batch_size"]
-    labeled = math.lcm(o["labeled_batch"], classes) if awr else classes
+    """data.* for a training job: a small labeled set (a whole number of images per class and of labeled batches: a
+    cycled labeled set's last batch is short), 100 validation images, and enough other images for `steps` + a
+    warm-up's full batches."""
+    c = from_dict(cfg)
+    per_step = c.batching.step_images(c)
+    labeled = math.lcm(c.optim.labeled_batch, DATASET_INFO[c.data.dataset].classes)
     return {"n_labeled": labeled, "n_val": 100, "n_unlabeled": (steps + 8) * per_step,
             "n_train": 100 + labeled + (steps + 8) * per_step}
 
@@ -165,9 +167,8 @@ class TrainingJob:
         moved = {**self.sched, "eps_max": self.sched["eps_max"] * (1 - 1e-6)}  # a new schedule: a new capture
         episode_s = self._run(self.batches[:self.episode], moved)
         step_s = self._run(self.batches[self.episode: self.episode + steps], moved) / steps
-        awr = cfg.is_awr
-        per_step = cfg.optim.unlabeled_batch if awr else cfg.optim.batch_size
-        epoch_steps = (45_000 if awr else 49_000) / per_step  # a CIFAR-10 epoch: unlabeled (AWR) or all images
+        per_step = cfg.batching.step_images(cfg)
+        epoch_steps = CIFAR10_EPOCH[cfg.batching.name] / per_step
         epoch_s = episode_s + max(epoch_steps - self.episode, 0) * step_s
         return [{"bench": "trainer", "trainer_model": cfg.model.name, "method": cfg.method.name,
                  "mode": engine_mode(eng), "precision": eng.precision, "compile": eng.compile,

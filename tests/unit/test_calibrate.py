@@ -143,7 +143,7 @@ def test_the_robust_stand_in_keeps_every_image_robust_at_the_networks_cost():
 def test_data_sizes_give_each_training_figure_its_full_batches():
     union = from_dict(preset("cifar100-ssat-mbi")).to_dict()
     s = measure.data_sizes(union, 40)
-    assert s == {"n_labeled": 100, "n_val": 100, "n_unlabeled": 48 * 128, "n_train": 100 + 100 + 48 * 128}
+    assert s == {"n_labeled": 1600, "n_val": 100, "n_unlabeled": 48 * 128, "n_train": 100 + 1600 + 48 * 128}
     awr = from_dict(preset("cifar10-ssat-mbi-awr")).to_dict()
     s = measure.data_sizes(awr, 40)
     assert s["n_labeled"] == 320 and s["n_unlabeled"] == 48 * awr["optim"]["unlabeled_batch"]  # 5 batches of 64

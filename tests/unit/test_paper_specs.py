@@ -41,7 +41,7 @@ def check_table7(cfg):
     else:
         assert m.interpolate and (m.K, m.tau, m.beta, m.rho0, m.rho_double_epoch) == (K, tau, beta, rho0, rho_double)
         assert (a.schedule, a.gamma, a.t) == ("curious", *sched)
-    if cfg.is_awr:  # appendix: SGD 0.1, momentum 0.9, wd 5e-4, 64 + 128, SWA after 50 epochs
+    if cfg.batching.name == "awr":  # appendix: SGD 0.1, momentum 0.9, wd 5e-4, 64 + 128, SWA after 50 epochs
         short = m.name == "ssat-mbi-awr" and cfg.data.dataset in ("cifar10", "svhn")
         assert (o.epochs, o.lr_milestones) == ((120, [50]) if short else (200, [50, 150]))
         assert (o.lr, o.momentum, o.weight_decay, o.labeled_batch, o.unlabeled_batch, o.swa_start) == \

@@ -1,10 +1,11 @@
-"""The method and schedule registries: a toy method and a toy schedule, each registered by one call in the
-fixture below, are accepted by the config, dispatched by the real Trainer (one epoch on MNIST-5k) and shown
-by the dry run; nothing else had to be edited for them."""
+"""The method, batching and schedule registries: a toy method, a toy batching and a toy schedule, each registered by
+one call in the fixtures below, are accepted by the config, dispatched by the real Trainer (one epoch on MNIST-5k)
+and shown by the dry run; nothing else had to be edited for them."""
 import pytest
 import torch
 
 from ssat.attacks import kl_rows, soft_cross_entropy
+from ssat.batchings import BATCHING_REGISTRY, Batching, register_batching
 from ssat.config import ConfigError, from_dict
 from ssat.datasets import to_float
 from ssat.methods import METHOD_REGISTRY, Method, method_names, register_method
@@ -68,7 +69,7 @@ def train(cfg, tmp_path):
 
 def test_a_registered_union_method_trains_through_the_union_step(toys, tmp_path):
     cfg = one_epoch("mnist5k-rst", **{"method.name": "toy-pgd-at", "method.beta": 0.4, "method.lam": 3.0})
-    assert not cfg.is_awr
+    assert cfg.batching.name != "awr"
     tr, metrics, moved = train(cfg, tmp_path)
     steps = -(-len(tr.batches) // cfg.optim.batch_size)
     assert len(CALLS) == steps and moved
@@ -85,7 +86,7 @@ def test_a_registered_union_method_trains_through_the_union_step(toys, tmp_path)
 
 def test_a_registered_awr_method_trains_through_the_awr_step(toys, tmp_path):
     cfg = one_epoch("mnist5k-ssat-mbi-awr", **{"method.name": "toy-awr-at", "method.beta": 0.6})
-    assert cfg.is_awr and cfg.method.interpolate
+    assert cfg.batching.name == "awr" and cfg.method.interpolate
     tr, metrics, moved = train(cfg, tmp_path)
     assert CALLS and moved
     for c in CALLS:
@@ -161,3 +162,66 @@ def test_registration_refuses_a_taken_name_or_an_unknown_batching(toys):
     with pytest.raises(ValueError, match="'linear' is registered already"):
         register_schedule(Schedule("linear", toy_step, title="Linear", label="Lin."))
     assert "toy-paired" not in METHOD_REGISTRY and SCHEDULE_REGISTRY["linear"].eps_max is not toy_step
+
+
+# ---- a third batching: one entry and its step -------------------------------------------------------------------
+class LabeledOnly:
+    """Toy batches: the labeled images alone, two at a time, with their one-hot targets."""
+
+    def __init__(self, arrays, split, num_classes):
+        lab = torch.from_numpy(split.labeled)
+        self.x = arrays.x_train[lab]
+        self.targets = torch.nn.functional.one_hot(arrays.y_train[lab], num_classes).float()
+
+    def __len__(self):
+        return len(self.x)
+
+    def epoch(self, gen):
+        order = torch.randperm(len(self.x), generator=gen)
+        for i in range(0, len(order) - 1, 2):
+            b = order[i: i + 2]
+            yield to_float(self.x[b]), self.targets[b]
+
+
+STEPS = []
+
+
+def labeled_only_step(net, cfg, teacher_net, batch, eps_max, rho, forward):
+    from ssat.step import union_step
+
+    STEPS.append((len(batch[0]), teacher_net))
+    return union_step(net, cfg, *batch, eps_max, rho, forward=forward)
+
+
+@pytest.fixture
+def toy_batching():
+    register_batching(Batching("labeled-only", "labeled-only", lambda cfg, arrays, split, teacher, classes, device:
+                               LabeledOnly(arrays, split, classes), step=labeled_only_step,
+                               sizes=lambda cfg, b: (2, 2), counts=lambda batch: (len(batch[0]), 2 * len(batch[0])),
+                               bn_images=lambda b: b.x, step_images=lambda cfg: 2))
+    register_method(Method("toy-labeled-at", "Toy labeled AT", "labeled-only", toy_pgd_at, may_interpolate=False))
+    STEPS.clear()
+    CALLS.clear()
+    yield
+    del METHOD_REGISTRY["toy-labeled-at"]
+    del BATCHING_REGISTRY["labeled-only"]
+
+
+def test_a_registered_batching_builds_the_batches_and_runs_its_step(toy_batching, tmp_path):
+    cfg = one_epoch("mnist5k-rst", **{"method.name": "toy-labeled-at", "optim.swa_start": 0,
+                                      "optim.swa_bn": "recompute"})
+    assert cfg.batching is BATCHING_REGISTRY["labeled-only"]
+    tr, metrics, moved = train(cfg, tmp_path)
+    n = len(tr.split.labeled)
+    assert moved and len(tr.batches) == n  # the toy's batches: the labeled images alone
+    assert STEPS == [(2, None)] * (n // 2)  # its step, on its pairs, with no teacher network
+    assert len(CALLS) == n // 2 and all(c["n"] == 2 for c in CALLS)  # the method's loss, on the toy's batches
+    assert tr.engine.sizes == (2, 2)
+    # its counts: a pair attacked, and (the toy's own rule) twice as many images counted
+    assert metrics["perf/images_per_s"] * metrics["perf/epoch_seconds"] == pytest.approx(2 * 2 * (n // 2))
+    assert torch.equal(next(iter(tr._bn_images())).cpu(), tr.engine.prep([to_float(tr.batches.x[:500])])[0].cpu())
+    # the AWR batching's own settings stay refused with it, the message naming both batchings
+    with pytest.raises(ConfigError, match=r"data\.labeled_sampling: 'cycle' with method\.name='toy-labeled-at', "
+                                          r"whose labeled-only batches have no AWR step; allowed with it: 'random' "
+                                          r"\(the other value is for the AWR methods: srst-awr, ssat-mbi-awr\)"):
+        one_epoch("mnist5k-rst", **{"method.name": "toy-labeled-at", "data.labeled_sampling": "cycle"})

@@ -252,7 +252,7 @@ def test_fused_forwards_train_as_separate_ones(tmp_path, name):
         tr = Trainer(cfg, tmp_path / fused, teacher=teacher_for(cfg), log=lambda s: None)
         assert tr.engine.fused_status == fused
         assert (tr.engine.forward.__name__ == "segmented_forward") == (fused == "on")
-        batch, _ = (awr_case if cfg.is_awr else union_case)(tr)
+        batch, _ = (awr_case if cfg.batching.name == "awr" else union_case)(tr)
         torch.manual_seed(4)
         terms, *_ = tr.engine.terms(batch, 0.2, 0.004)
         out[fused] = terms, {k: v.clone() for k, v in tr.model.state_dict().items() if "running" in k}

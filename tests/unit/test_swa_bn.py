@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from ssat import swa
+from ssat.batchings import BATCHING_REGISTRY
 from ssat.datasets import to_float
 from ssat.swa import recompute_bn
 from ssat.train import Trainer
@@ -17,7 +18,7 @@ def test_swa_bn_statistics_are_the_cumulative_average_over_chunks_of_500():
     x = (torch.rand(1234, 2, 3, 3) * 255).to(torch.uint8)
     model = nn.Sequential(nn.BatchNorm2d(2)).eval()
     model[0].running_mean.fill_(7.0)  # stale statistics must be replaced, not averaged in
-    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=False), batches=SimpleNamespace(x=x),
+    fake = SimpleNamespace(cfg=SimpleNamespace(batching=BATCHING_REGISTRY["union"]), batches=SimpleNamespace(x=x),
                            engine=SimpleNamespace(prep=lambda b: b))
     recompute_bn(model, Trainer._bn_images(fake))
     chunks = [to_float(x[i: i + 500]).double() for i in range(0, 1234, 500)]
@@ -35,7 +36,7 @@ def test_awr_recomputes_on_the_unlabeled_images():
     xu = torch.full((10, 1, 2, 2), 51, dtype=torch.uint8)   # 0.2 after scaling
     x = torch.full((10, 1, 2, 2), 255, dtype=torch.uint8)
     model = nn.Sequential(nn.BatchNorm2d(1))
-    fake = SimpleNamespace(cfg=SimpleNamespace(is_awr=True), batches=SimpleNamespace(xu=xu, x=x),
+    fake = SimpleNamespace(cfg=SimpleNamespace(batching=BATCHING_REGISTRY["awr"]), batches=SimpleNamespace(xu=xu, x=x),
                            engine=SimpleNamespace(prep=lambda b: b))
     recompute_bn(model, Trainer._bn_images(fake))
     assert model[0].running_mean.item() == torch.tensor(0.2).item()

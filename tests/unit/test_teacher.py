@@ -454,7 +454,7 @@ def test_a_cache_file_without_weights_or_its_key_is_not_used_and_weights_need_a_
 # ---- AWR: the frozen teacher network ---------------------------------------------------------
 def test_awr_gets_weights_that_load_and_reproduce_the_logits(tmp_path):
     cfg = tiny(tmp_path, "mnist5k-srst-awr")
-    assert cfg.is_awr
+    assert cfg.batching.name == "awr"
     T.ensure_teacher(cfg, log=lambda s: None)
     arrays, split = split_for(cfg)
     out = T.resolve_teacher(cfg, arrays, split, log=lambda s: None)
