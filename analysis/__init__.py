@@ -12,7 +12,7 @@ Command lines:
            training-time
     python -m analysis.plots  --experiment NAME --figure F [--out FILE.png]
         F: a key of analysis.plots.FIGURES (beta, rho, pareto, curves, alpha, ablation; --help says what each shows)
-    python -m analysis.autoattack --experiment NAME [--checkpoint best|last]   AutoAttack attack by attack
+    python -m analysis.autoattack_breakdown --experiment NAME [--checkpoint best|last]   AutoAttack attack by attack
     python -m analysis.importance --experiment NAME [--epoch E] [--metric KEY] [--out DIR]   which settings matter
     python -m analysis.convergence --experiment NAME [--stage S ...] [--out FILE.md]   did each row converge
 Each takes --tracking-uri URI; export, tables, plots and autoattack also --ray-results DIR (instead of or beside

@@ -28,7 +28,7 @@ import pandas as pd
 from scipy import stats
 
 from . import paper, protocol
-from .specs import TableSpec, dataset_of, is_standard, is_teacher, param, value
+from .table_specs import TableSpec, dataset_of, is_standard, is_teacher, param, value
 
 MARKS = {"missing": "†", "not_significant": "‡", "subset": "§"}
 

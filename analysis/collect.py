@@ -2,9 +2,8 @@
 
 Both readers return the same two frames, so every table and plot works on either source. Both read the run
 record the sweeps wrote (its tags and parameters: MLflow's run, or the ``run_json`` a trial reports with every
-result) and derive nothing from a config; only the ``spec.*`` parameters of runs logged before them are
-inferred, in one place (`legacy_spec_params`), and the parameters of runs recorded before issue 27 are read under
-today's names, in one place (`LEGACY_PARAM_NAMES`, applied by `runs_frame`).
+result) and derive nothing from a config; what older stores recorded otherwise is read as today's record in
+one place (`current_record`, applied by `runs_frame`; its frozen tables are analysis/legacy.py).
 
 ``runs``: one row per run.
     run_id, experiment, source ('mlflow' | 'ray'), run_name, start_time, parent_run_id
@@ -27,10 +26,11 @@ import math
 import os
 import re
 from pathlib import Path
-from types import MappingProxyType
 from typing import Iterable
 
 import pandas as pd
+
+from .legacy import PAPER_T, current_param_names
 
 HISTORY_PREFIXES = ("train/", "val/", "sched/", "adv/", "perf/")
 FINAL_PREFIXES = ("test/", "time/")
@@ -38,19 +38,6 @@ _MISSING_TEXT = {"None", "none", "null", "NaN", "nan", ""}
 _INT_TEXT = re.compile(r"^-?\d+$")
 # Tags that are display text, never typed: a schedule's short label is "none", a label may read "1.0".
 TEXT_TAGS = frozenset({"meta.method_label", "meta.schedule_label", "meta.schedule_title", "meta.schedule_row"})
-
-# Runs recorded before issue 27 name their parameters briefly; since then they carry the config's dotted names (the
-# names a spec and --set use). Old name -> new name, frozen: it describes stores that exist, never the code of today.
-# Teacher runs had dataset, split_seed and model too (now data.dataset, data.split_seed, model.name).
-LEGACY_PARAM_NAMES = MappingProxyType({
-    "method": "method.name", "schedule": "attack.schedule", "t": "attack.t", "gamma": "attack.gamma",
-    "eps": "attack.eps", "rho0": "method.rho0", "rho_double_epoch": "method.rho_double_epoch",
-    "beta": "method.beta", "tau": "method.tau", "K": "method.K", "lambda": "method.lam",
-    "interpolate": "method.interpolate", "split_seed": "data.split_seed", "dataset": "data.dataset",
-    "model": "model.name", "precision": "system.precision", "epochs": "optim.epochs",
-    "swa_start": "optim.swa_start",
-})  # `seed` kept its name
-
 
 class SourceError(LookupError):
     """An experiment or results folder that cannot be read, with what exists instead."""
@@ -96,24 +83,12 @@ def _text(values: pd.Series) -> pd.Series:
                       for v in values], index=values.index, dtype=object)
 
 
-def current_param_names(rec: dict) -> dict:
-    """A run record with every parameter under today's name: a ``param.<old>`` of `LEGACY_PARAM_NAMES` becomes
-    ``param.<new>`` unless the record has the new one already (a record of today is returned as it is)."""
-    old = [k for k in LEGACY_PARAM_NAMES if f"param.{k}" in rec and f"param.{LEGACY_PARAM_NAMES[k]}" not in rec]
-    if not old:
-        return rec
-    out = {k: v for k, v in rec.items() if not (k.startswith("param.") and k[6:] in old)}
-    out.update({f"param.{LEGACY_PARAM_NAMES[k]}": rec[f"param.{k}"] for k in old})
-    return out
-
-
 def runs_frame(records: list[dict]) -> pd.DataFrame:
     """Records of one run each -> the typed ``runs`` frame (columns sorted by family), every parameter under
-    today's name (`current_param_names`)."""
+    today's name and the spec parameters of older runs filled in (`current_record`)."""
     if not records:
         return pd.DataFrame(columns=["run_id", "experiment", "source"])
-    records = [current_param_names(r) for r in records]
-    records = [{**r, **legacy_spec_params(r)} if _lacks_spec_params(r) else r for r in records]
+    records = [current_record(r) for r in records]
     names = list(dict.fromkeys(k for r in records for k in r))
     # object columns first: letting pandas infer would turn Ray's [70, None] into floats before `typed`
     df = pd.DataFrame({k: pd.Series([r.get(k) for r in records], dtype=object) for k in names})
@@ -132,9 +107,6 @@ def runs_frame(records: list[dict]) -> pd.DataFrame:
 
 
 # ---- runs logged before the run record carried spec.epochs and spec.t ------------------------
-PAPER_T = (50, 60, 70)  # the paper's schedule lengths t, of its training length
-
-
 def _lacks_spec_params(rec: dict) -> bool:
     return (rec.get("meta.kind") or "trial") == "trial" and "param.spec.epochs" not in rec
 
@@ -145,10 +117,10 @@ def legacy_spec_params(rec: dict) -> dict:
     Reads today's parameter names (`current_param_names` runs first).
 
     Inferred as the tables did before those runs logged what their spec said: a run of another length than
-    the paper's (`analysis.specs.paper_epochs`) whose t is the rescaled value (``ssat.config.scale_epochs``)
+    the paper's (`analysis.table_specs.paper_epochs`) whose t is the rescaled value (``ssat.config.scale_epochs``)
     of exactly one of the paper's t (50, 60, 70) was that paper run; any other run is its own spec.
     """
-    from .specs import paper_epochs
+    from .table_specs import paper_epochs
 
     t, epochs = (None if _missing(rec.get(f"param.{k}")) else int(rec[f"param.{k}"])
                  for k in ("attack.t", "optim.epochs"))
@@ -158,6 +130,13 @@ def legacy_spec_params(rec: dict) -> dict:
         if len(found) == 1:
             return {"param.spec.epochs": base, "param.spec.t": found[0]}
     return {"param.spec.epochs": base if epochs is None else epochs, "param.spec.t": t}
+
+
+def current_record(rec: dict) -> dict:
+    """A run record of any store as today's: parameters under today's names (analysis.legacy), then the spec
+    parameters a trial run logged without (`legacy_spec_params`). A record of today is returned as it is."""
+    rec = current_param_names(rec)
+    return {**rec, **legacy_spec_params(rec)} if _lacks_spec_params(rec) else rec
 
 
 def history_frame(rows: list[dict]) -> pd.DataFrame:

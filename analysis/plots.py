@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from . import collect, protocol
 from .cells import TableResult
 from .paper import group_title
-from .specs import param, value
+from .table_specs import param, value
 from .tables import build_table
 
 DPI = 100

@@ -5,7 +5,7 @@
         [--any-tag] [--stage S ...] [--ray-results DIR ...] [--tracking-uri URI]
 
 T is one of main, ablation, schedules, awr-ablation, supervised, beta-sensitivity, rho-sensitivity,
-training-time (`analysis.specs`). With ``--out FILE`` the provenance (options, protocol, run ids, seeds
+training-time (`analysis.table_specs`). With ``--out FILE`` the provenance (options, protocol, run ids, seeds
 and values of every cell, every result left out and why) goes to ``FILE``'s stem + ``.provenance.json``.
 
 From Python: ``render_table(df_runs, "ablation", "md")``, or ``write_table(df_runs, "ablation", folder)``
@@ -27,7 +27,7 @@ from . import collect
 from .cells import Options, TableError, TableResult, build
 from .protocol import CHECKPOINTS
 from .render import FORMATS, render
-from .specs import SPECS, get_spec
+from .table_specs import SPECS, get_spec
 
 TABLES = tuple(SPECS)
 __all__ = ["TABLES", "TableError", "build_table", "render_table", "write_table", "provenance", "main"]

@@ -3,7 +3,7 @@
     python benchmarks/teacher_steps.py --model wrn-28-2 --steps 200 [--device auto] [--precision auto] [--warmup 20]
 
 The step timed is `ssat.fixmatch.TeacherSteps.step`, the one `train_teacher` repeats: batches drawn on the
-device, weak and strong views (the batched RandAugment of ssat/augment_strong.py), one joint forward of
+device, weak and strong views (the batched RandAugment of ssat/views.py), one joint forward of
 64 labeled + 2 x 128 unlabeled images, the FixMatch loss, backward, SGD, and the finiteness check every
 CHECK_EVERY steps. The data are synthetic CIFAR-10 files (ssat/synthetic.py) in a temporary folder, split as the
 recipe splits CIFAR-10 (4,000 labeled, 1,000 validation images) with the cifar10 teacher preset (RandAugment with

@@ -11,7 +11,7 @@ stored and found again is `ssat.teacher`'s business.
 
 One training step is `TeacherSteps.step` (benchmarks/teacher_steps.py times that very method). On a GPU it makes
 no host read except every CHECK_EVERY steps and at validation, and one small host-to-device copy: the step's
-random draws (crops, flips, RandAugment parameters, Cutout centres), packed and pinned (`augment_strong.upload`).
+random draws (crops, flips, RandAugment parameters, Cutout centres), packed and pinned (`views.upload`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .augment_strong import StrongDraws, strong_apply, strong_draws, upload, weak_apply, weak_draws
+from .views import StrongDraws, strong_apply, strong_draws, upload, weak_apply, weak_draws
 from .datasets import DATASET_INFO, Arrays, Split, to_float
 from .engine import compile_mode
 from .models import create_model

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attacks import kl_rows, soft_cross_entropy
+from .divergences import kl_rows, soft_cross_entropy
 
 
 def mbi_loss(logits_x: torch.Tensor, logits_adv: torch.Tensor, logits_pgd: torch.Tensor, targets: torch.Tensor,

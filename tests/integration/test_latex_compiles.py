@@ -1,6 +1,6 @@
 """The LaTeX of every table compiles with pdflatex in the preamble docs/analysis.md gives, and prints what it says.
 
-Each table kind of `analysis.specs` is built from hand-typed runs that exercise every mark (†, ‡, §), single-seed
+Each table kind of `analysis.table_specs` is built from hand-typed runs that exercise every mark (†, ‡, §), single-seed
 and empty cells, the row labels with '|' and the notes (Welch's 'p >= 0.05', left-out columns, the paper's
 protocol), rendered with and without --compare-paper, wrapped in an article and compiled with
 ``pdflatex -halt-on-error``. pdflatex accepts '>' and '|' in text but the default font draws them as '¿' and
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis.render import TEX_PREAMBLE, tex
-from analysis.specs import SPECS
+from analysis.table_specs import SPECS
 from analysis.tables import render_table
 from tests.slow.cluster_harness import in_ci
 from tests.unit.test_analysis_cells import abl, frame, proto, run

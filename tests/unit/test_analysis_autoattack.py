@@ -1,7 +1,7 @@
 """AutoAttack attack by attack, read back from a real MLflow store: the chain per run and the masking hint."""
 from mlflow.tracking import MlflowClient
 
-from analysis.autoattack import breakdown, main, render
+from analysis.autoattack_breakdown import breakdown, main, render
 from analysis.collect import load_mlflow_runs
 
 

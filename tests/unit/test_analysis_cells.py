@@ -14,7 +14,7 @@ from scipy import stats
 from analysis import cells as cells_mod
 from analysis.collect import runs_frame
 from analysis.paper import paper_results
-from analysis.specs import get_spec
+from analysis.table_specs import get_spec
 from analysis.tables import build_table, provenance, render_table
 from analysis.tables import main as tables_main
 

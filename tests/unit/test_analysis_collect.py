@@ -7,12 +7,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.collect import (LEGACY_PARAM_NAMES, SourceError, current_param_names, legacy_spec_params,
-                              load_ray_history, load_ray_runs, runs_frame, typed)
+from analysis.collect import SourceError, load_ray_history, load_ray_runs, runs_frame, typed
+from analysis.collect import legacy_spec_params
+from analysis.legacy import LEGACY_PARAM_NAMES, current_param_names
 from analysis.export import export
 
 ROOT = Path(__file__).resolve().parents[2]
-from analysis.specs import schedule_label
+from analysis.table_specs import schedule_label
 
 
 def test_typed_turns_mlflow_strings_into_numbers_booleans_and_missing():
@@ -230,7 +231,7 @@ def test_label_tags_stay_text():
 
 # ---- a command without a store creates none -------------------------------------------------------------------
 CLIS = {"analysis.tables": ["--table", "ablation"], "analysis.plots": ["--figure", "ablation"], "analysis.export": [],
-        "analysis.autoattack": [], "analysis.convergence": [], "analysis.importance": []}
+        "analysis.autoattack_breakdown": [], "analysis.convergence": [], "analysis.importance": []}
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ import math
 
 import pandas as pd
 
-from analysis import collect, markdown, protocol, specs
+from analysis import collect, markdown, protocol
+from analysis import table_specs as specs
 
 
 def test_a_markdown_cell_escapes_the_pipe_and_a_line_break():
@@ -58,7 +59,7 @@ def test_the_runs_frame_leads_with_its_identifying_columns():
 
 def test_a_run_without_a_kind_is_read_as_a_trial_and_other_kinds_are_not():
     from analysis.cells import Options, _reads
-    from analysis.specs import get_spec
+    from analysis.table_specs import get_spec
     spec, opts = get_spec("ablation"), Options()
     assert _reads({"meta.table": "ablation"}, spec, opts)
     assert _reads({"meta.table": "ablation", "meta.kind": "teacher"}, spec, opts)
@@ -68,7 +69,7 @@ def test_a_run_without_a_kind_is_read_as_a_trial_and_other_kinds_are_not():
 
 def test_rows_found_only_in_runs_are_in_natural_order():
     from analysis.cells import layout
-    from analysis.specs import get_spec
+    from analysis.table_specs import get_spec
     sel = pd.DataFrame({"row": ["rho=0.2", "rho=0.05", "rho=0.1", "rho=0.05"],
                         "group": ["mnist5k/cnn-small"] * 4})
     _, blocks, _ = layout(get_spec("rho-sensitivity"), sel)
@@ -110,8 +111,8 @@ def assert_one_cell(text: str, name: str, tables: int) -> None:
 
 def test_a_name_with_a_pipe_is_one_cell_in_every_markdown_table():
     import json as json_
-    from analysis.autoattack import breakdown
-    from analysis.autoattack import render as aa_render
+    from analysis.autoattack_breakdown import breakdown
+    from analysis.autoattack_breakdown import render as aa_render
     from analysis.collect import history_frame, runs_frame
     from analysis.convergence import convergence_frame, to_markdown
     from analysis.tables import render_table

@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ssat.attacks import eval_mode, kl_rows, pgd, soft_cross_entropy, start_point
+from ssat.attacks import eval_mode, pgd, start_point
+from ssat.divergences import kl_rows, soft_cross_entropy
 from ssat.interpolation import as_probabilities, interpolate, margin
 
 

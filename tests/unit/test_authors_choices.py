@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ssat.attacks import kl_rows, pgd
+from ssat.attacks import pgd
+from ssat.divergences import kl_rows
 from ssat.config import ConfigError, from_dict
 from ssat.datasets import AWRBatches, Split, to_float
 from ssat.interpolation import interpolate

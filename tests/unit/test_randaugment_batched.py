@@ -1,4 +1,4 @@
-"""The batched RandAugment of ssat/augment_strong.py against torchvision's, op by op.
+"""The batched RandAugment of ssat/views.py against torchvision's, op by op.
 
 Every op is compared with torchvision.transforms.v2.functional on single uint8 images, 1 and 3 channels, at
 several magnitude bins and both signs, with the magnitudes typed here from torchvision's RandAugment table (not
@@ -26,7 +26,7 @@ import torch
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
-import ssat.augment_strong as A
+import ssat.views as A
 
 NEAREST = InterpolationMode.NEAREST
 

@@ -4,7 +4,7 @@ and shown by the dry run; nothing else had to be edited for them."""
 import pytest
 import torch
 
-from ssat.attacks import kl_rows, soft_cross_entropy
+from ssat.divergences import kl_rows, soft_cross_entropy
 from ssat.batchings import BATCHING_REGISTRY, Batching, register_batching
 from ssat.config import ConfigError, from_dict
 from ssat.datasets import to_float

@@ -9,7 +9,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from analysis.collect import load_mlflow_runs, load_ray_runs
-from analysis.specs import schedule_label
+from analysis.table_specs import schedule_label
 from ssat import faults
 from ssat.config import from_dict
 from ssat.presets import preset

@@ -14,7 +14,7 @@ import torch
 import ssat.datasets
 import ssat.fixmatch as FM
 import ssat.teacher as T
-from ssat.augment_strong import cutout, strong_augment, weak_augment
+from ssat.views import cutout, strong_augment, weak_augment
 from ssat.config import from_dict
 from ssat.datasets import DATASET_INFO, load_arrays, split_for, to_float
 from ssat.presets import preset, teacher_preset

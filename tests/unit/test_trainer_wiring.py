@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ssat.attacks import kl_rows, pgd
+from ssat.attacks import pgd
+from ssat.divergences import kl_rows
 from ssat.datasets import to_float
 from ssat.interpolation import interpolate
 from ssat.losses import awr_loss, mbi_loss, uat_loss

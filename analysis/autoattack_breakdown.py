@@ -6,7 +6,7 @@ never rises. What researchers look for is where it falls: a drop at Square, a bl
 gradient-based ones means the gradients hid adversarial examples that exist (gradient masking), and the
 white-box numbers overstate robustness.
 
-    python -m analysis.autoattack --experiment NAME [--checkpoint best|last] [--format md|csv] [--out FILE]
+    python -m analysis.autoattack_breakdown --experiment NAME [--checkpoint best|last] [--format md|csv] [--out FILE]
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def render(table: pd.DataFrame, fmt: str = "md") -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.autoattack", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m analysis.autoattack_breakdown", description=__doc__.split("\n")[0])
     add_source_args(ap)
     ap.add_argument("--checkpoint", choices=CHECKPOINTS, default="best")
     ap.add_argument("--format", choices=("md", "csv"), default="md")

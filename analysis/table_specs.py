@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from string import Formatter
-from types import MappingProxyType
 from typing import Callable, Mapping
 
 import pandas as pd
+
+from .legacy import LEGACY_METHOD_LABELS, LEGACY_SCHEDULE_LABELS
 
 
 @dataclass(frozen=True)
@@ -112,16 +113,6 @@ class LabelError(ValueError):
     """A run whose method or schedule has no label to show: no label tag and not in the legacy map."""
 
 
-# The labels of runs recorded before issue 27, which carry no label tags: the methods' and schedules' labels
-# as the tables printed them then (the registry entries' labels since). Frozen: never extend it for a new method
-# or schedule - give its registry entry a label, and its runs record it.
-LEGACY_METHOD_LABELS = MappingProxyType({
-    "ssat-mbi": "SSAT-MBI", "rst": "RST", "uat++": "UAT++", "trades": "TRADES", "srst-awr": "SRST-AWR",
-    "ssat-mbi-awr": "SSAT-MBI-AWR"})
-LEGACY_SCHEDULE_LABELS = MappingProxyType({   # name -> {tag field: label}
-    "const": MappingProxyType({"label": "none", "title": "Const", "row": "Const"}),
-    "linear": MappingProxyType({"label": "Lin.", "title": "Linear", "row": "Linear-{t}"}),
-    "curious": MappingProxyType({"label": "Cur.", "title": "Curious", "row": "Curious-({gamma},{t})"})})
 STANDARD_ROW = "standard training"
 
 
