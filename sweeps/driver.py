@@ -5,9 +5,9 @@
 
 Stages in order: teacher (one per split, on the driver) -> grid, or search then confirm (Ray Tune). Each stage
 counts its trials against what the spec asked for, never against what Tune happened to create. Ctrl+C (SIGINT,
-also `python -m sweeps stop`) stops the sweep in the stage it reaches: Tune saves its state, the runs it cut end
-as KILLED in MLflow with the reason, the driver says INCOMPLETE, prints the resume command and returns 1; no
-later stage starts. A stage that ends incomplete for another reason (failed trials, an error) ends the sweep's
+also `python -m sweeps stop`), SIGTERM and SIGHUP stop the sweep in the stage it reaches: Tune saves its state, the
+runs it cut end as KILLED in MLflow with the reason, the driver says INCOMPLETE, prints the resume command and
+returns 1; no later stage starts. A stage that ends incomplete for another reason (failed trials, an error) ends the sweep's
 run FAILED with the reason; no run of the sweep is left RUNNING either way. Everything `resume` needs is in
 <sweep dir>/sweep.json (`SweepState`).
 
@@ -99,33 +99,54 @@ class SweepState:
         return cls(**{k: v for k, v in d.items() if k in fields})
 
 
+# What stops a sweep as Ctrl+C does, and how its messages name it: a person (SIGINT), `kill`, SLURM or systemd
+# (SIGTERM), a closed terminal or ssh session (SIGHUP).
+STOP_SIGNALS = {signal.SIGINT: "Ctrl+C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+
+
 class Interrupt:
-    """Ctrl+C to the driver, remembered and turned into what the running stage understands.
+    """A stop asked of the driver (STOP_SIGNALS, or `request` by the driver itself), remembered and turned into what
+    the running stage understands.
 
     Inside a Tune stage it becomes SIGUSR1, Tune's own stop signal (Tune then saves its state and fit() returns
-    normally, so the flag is how the driver knows); elsewhere (the teacher stage) it raises KeyboardInterrupt.
-    A second Ctrl+C inside a Tune stage raises KeyboardInterrupt too, as Tune's own handler would.
+    normally, so `cause` is how the driver knows); elsewhere (the teacher stage) it raises KeyboardInterrupt.
+    A second one inside a Tune stage raises KeyboardInterrupt too, as Tune's own handler would.
     """
 
     def __init__(self):
-        self.requested, self.in_tune = False, False
+        self.cause: str | None = None  # what stopped the sweep, as its messages say it ("Ctrl+C", "SIGTERM", ...)
+        self.in_tune = False
 
-    def _handler(self, signum, frame):
-        again, self.requested = self.requested, True
+    @property
+    def requested(self) -> bool:
+        return self.cause is not None
+
+    def request(self, cause: str) -> bool:
+        """Stop as Ctrl+C does, for `cause`; safe from any thread. False when Tune cannot be told (outside a Tune
+        stage, or asked before): a signal handler then raises KeyboardInterrupt."""
+        again = self.requested
+        self.cause = self.cause or cause
         if self.in_tune and not again:
             os.kill(os.getpid(), signal.SIGUSR1)
-        else:
+            return True
+        return False
+
+    def _handler(self, signum, frame):
+        if signum == signal.SIGHUP:
+            _quiet_console()
+        if not self.request(STOP_SIGNALS[signum]):
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
     def installed(self):
-        old = signal.signal(signal.SIGINT, self._handler)
+        old = {sig: signal.signal(sig, self._handler) for sig in STOP_SIGNALS}
         had = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours forwards to Tune instead
         try:
             yield self
         finally:
-            signal.signal(signal.SIGINT, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
             if had is None:
                 os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
             else:
@@ -138,6 +159,16 @@ class Interrupt:
             yield
         finally:
             self.in_tune = False
+
+
+def _quiet_console() -> None:
+    """After a hang-up the terminal is gone, and a write to it fails (EIO): what the driver still prints goes
+    nowhere instead (the resume command is in `python -m sweeps status NAME`)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        if os.isatty(fd):
+            os.dup2(null, fd)
+    os.close(null)
 
 
 FLAGS = (("sets", "--set"), ("epochs", "--epochs"), ("seeds", "--seeds"), ("max_concurrent", "--max-concurrent"),
@@ -317,12 +348,12 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
                     continue
                 why = _run_stage(stage, spec, paths, state, tracker, meta, interrupt, resume, rerun_failed, log)
                 if why is not None:
-                    return _incomplete(paths, state, tracker, parent, stage, why, interrupt.requested, log)
+                    return _incomplete(paths, state, tracker, parent, stage, why, interrupt.cause, log)
     except KeyboardInterrupt:
-        return _incomplete(paths, state, tracker, parent, stage, "", True, log)
+        return _incomplete(paths, state, tracker, parent, stage, "", interrupt.cause or "Ctrl+C", log)
     except Exception as exc:
         _incomplete(paths, state, tracker, parent, stage, f"stopped by {type(exc).__name__}: {str(exc)[:300]}",
-                    False, log, error=True)
+                    None, log, error=True)
         raise
     tracker.set_tags(parent, {"ssat.status": "FINISHED"})
     tracker.end(parent, "FINISHED")
@@ -360,7 +391,7 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     if interrupt.requested:
         for t in out.trials:  # even one judged finished: Tune may not have completed it (kill skips ended runs)
             if t.last_epoch >= 1:  # it reported, so its run exists (runs are made at the first report)
-                tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted (Ctrl+C) {cut_at(t)}; "
+                tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted ({interrupt.cause}) {cut_at(t)}; "
                                                     f"resume with: {resume_command(paths)}"})
         return ""
     if not out.complete:
@@ -388,11 +419,12 @@ def cut_at(t: TrialOutcome) -> str:
 
 
 def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, why: str,
-                interrupted: bool, log: Log, error: bool = False) -> int:
-    """The sweep stops short: its run ends KILLED (Ctrl+C) or FAILED (trials that did not finish, an error) with
-    the reason in `ssat.status`, no run of it is left RUNNING, and its state says "incomplete" (no driver)."""
-    why = "interrupted (Ctrl+C)" if interrupted else why
-    end, reason = (("KILLED", f"KILLED: interrupted (Ctrl+C) in stage {stage}") if interrupted
+                interrupted: str | None, log: Log, error: bool = False) -> int:
+    """The sweep stops short: its run ends KILLED (interrupted: by what, e.g. "Ctrl+C") or FAILED (trials that did
+    not finish, an error) with the reason in `ssat.status`, no run of it is left RUNNING, and its state says
+    "incomplete" (no driver)."""
+    why = f"interrupted ({interrupted})" if interrupted else why
+    end, reason = (("KILLED", f"KILLED: {why} in stage {stage}") if interrupted
                    else ("FAILED", f"FAILED: stage {stage} {why}"))
     try:
         tracker.set_tags(parent, {"ssat.status": f"{reason}; resume with: {resume_command(paths)}"})
