@@ -38,6 +38,7 @@ from .provenance import code_version
 from .resources import check_gpu, init_ray
 from .run_records import sweep_key, sweep_record
 from .spec import NAME_RE, Spec, parse_spec, read_yaml
+from .sweep_log import diverted
 from .teacher_stage import teacher_stage
 from .tracking import Tracker, check_reachable, resolve_uri, ui_url
 from .tuners import grid_tuner, restore_tuner, search_tuner
@@ -382,7 +383,7 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     elif tuner is None:
         tuner = grid_tuner(spec, trials, paths, stage, state.tracking_uri, meta, state.args.max_failures,
                            parent_run_id)
-    with interrupt.tune_stage():
+    with interrupt.tune_stage(), diverted(paths.sweep_dir / "sweep.log"):
         results = tuner.fit()
     out = stage_outcome(results, stage, expected, interrupt.requested)
     log(f"[stage] {stage}: {out.done}/{expected} trials finished"
