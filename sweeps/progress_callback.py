@@ -44,6 +44,18 @@ def failure_reason(exc: BaseException | None) -> str:
     return f"{type(err).__name__}: {text[:160]}" if text else type(err).__name__
 
 
+def last_error(trial) -> BaseException | None:
+    """The error of the trial's last failure, from the driver's copy of Ray's pickle of it (its copy in storage is
+    synced later)."""
+    from ray import cloudpickle
+
+    path = getattr(trial, "pickled_error_file", None)
+    try:
+        return cloudpickle.loads(Path(path).read_bytes()) if path else None
+    except Exception:  # unreadable, or a class this driver cannot import
+        return None
+
+
 def retry_line(name: str, failures: int, max_failures: int, epoch: int, reason: str, error_file: str | None) -> str:
     """The console line of a retried trial: which trial, which attempt (of how many), after which epoch, why."""
     attempts = "" if max_failures < 0 else f" of {max_failures + 1}"
@@ -150,11 +162,13 @@ class ProgressCallback(Callback):
         print(f"[sweep] {self._name(trial)} finished ({done}/{self.total} trials done{self.eta()})", flush=True)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        """Tune retries a failed trial from its last checkpoint: one line (Ray's traceback is in its error file and
-        the sweep's log, sweeps.sweep_log)."""
-        reason = failure_reason(trial.get_pickled_error())
+        """Tune retries a failed trial from its last checkpoint: one line (Ray's traceback is in the error file of the
+        trial's folder in storage, and in the sweep's log: sweeps.sweep_log)."""
+        reason = failure_reason(last_error(trial))
+        errors = trial.error_file and getattr(trial, "path", None) and f"{trial.path}/{Path(trial.error_file).name}"
         print(retry_line(self._name(trial), trial.num_failures, trial.max_failures,
-                         int((trial.last_result or {}).get("epoch") or 0), reason, trial.error_file), flush=True)
+                         int((trial.last_result or {}).get("epoch") or 0), reason, errors or trial.error_file),
+              flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         print(f"[sweep] {self._name(trial)} FAILED ({trial.error_file})", flush=True)

@@ -137,14 +137,21 @@ def test_a_retried_trial_is_one_line_naming_it_the_attempt_the_epoch_and_why():
         "[sweep] r seed 1: attempt 4, before its first epoch: E; it resumes from its last checkpoint")
 
 
-def test_on_trial_recover_prints_the_retry_line(capsys):
+def test_on_trial_recover_prints_the_retry_line(capsys, tmp_path):
+    from ray import cloudpickle
     from ray.exceptions import ActorDiedError
 
     cb = ProgressCallback(total=1, total_epochs=3)
     t = _trial("a")
     t.num_failures, t.max_failures, t.last_result = 1, 2, {"epoch": 2}
-    t.error_file = "/t/error.txt"
-    t.get_pickled_error = lambda: ActorDiedError()
+    t.error_file, t.pickled_error_file = "/staging/t/error.txt", str(tmp_path / "error.pkl")
+    t.path = "/work/runs/sweeps/s/tune/grid/t"  # the trial's folder in storage: named, not the driver's staging
+    (tmp_path / "error.pkl").write_bytes(cloudpickle.dumps(ActorDiedError()))  # Ray's pickle of the last error
     cb.on_trial_recover(0, [t], t)
     assert capsys.readouterr().out == ("[sweep] r seed 0: attempt 2 of 3, after epoch 2: its worker process died "
-                                       "(ActorDiedError); it resumes from its last checkpoint (details: /t/error.txt)\n")
+                                       "(ActorDiedError); it resumes from its last checkpoint (details: "
+                                       "/work/runs/sweeps/s/tune/grid/t/error.txt)\n")
+    (tmp_path / "error.pkl").write_bytes(b"torn")
+    assert progress.last_error(t) is None
+    t.pickled_error_file = None
+    assert progress.last_error(t) is None
