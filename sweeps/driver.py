@@ -7,8 +7,8 @@ Stages in order: teacher (one per split, on the driver) -> grid, or search then 
 counts its trials against what the spec asked for, never against what Tune happened to create. Ctrl+C (SIGINT,
 also `python -m sweeps stop`), SIGTERM and SIGHUP stop the sweep in the stage it reaches: Tune saves its state, the
 runs it cut end as KILLED in MLflow with the reason, the driver says INCOMPLETE, prints the resume command and
-returns 1; no later stage starts. A stage that ends incomplete for another reason (failed trials, an error) ends the sweep's
-run FAILED with the reason; no run of the sweep is left RUNNING either way. Everything `resume` needs is in
+returns 1; no later stage starts. A stage that ends incomplete for another reason (failed trials, an error) ends the
+sweep's run FAILED with the reason; no run of the sweep is left RUNNING either way. Everything `resume` needs is in
 <sweep dir>/sweep.json (`SweepState`).
 
 One driver per sweep: `run`, `resume` and `sync` hold <sweep dir>/driver.lock (sweeps/driver_lock.py) from
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ssat.config import ConfigError
+from ssat.config import ConfigError, brief, shorten
 
 from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, hold, inspect, leftover_ray_processes,
                           proc_start_ticks)
@@ -92,7 +92,7 @@ class SweepState:
     @classmethod
     def load(cls, paths: Paths) -> "SweepState":
         if not paths.state.exists():
-            raise SweepError(f"no sweep named {paths.name!r} in {paths.workdir / 'runs' / 'sweeps'}")
+            raise SweepError(f"no sweep named {brief(paths.name)} in {paths.workdir / 'runs' / 'sweeps'}")
         d = json.loads(paths.state.read_text())
         known = {f.name for f in dataclasses.fields(RunArgs)}
         d["args"] = RunArgs(**{k: v for k, v in d.get("args", {}).items() if k in known})
@@ -179,8 +179,8 @@ FLAGS = (("sets", "--set"), ("epochs", "--epochs"), ("seeds", "--seeds"), ("max_
 def check_name_flag(name: str) -> None:
     """--name follows the spec's rules for a name (it names folders and the MLflow experiment)."""
     if not NAME_RE.fullmatch(name) or ".." in name:
-        raise UsageError(f"--name: {name!r}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders and "
-                         "the MLflow experiment, so no '/' or '..')")
+        raise UsageError(f"--name: {brief(name)}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
+                         "and the MLflow experiment, so no '/' or '..')")
 
 
 def load_run_spec(spec_path: str | Path, args: RunArgs) -> Spec:
@@ -225,10 +225,11 @@ def _blame_options(raw: dict, path: str, given: dict, exc: ConfigError) -> Confi
 def _flag_text(key: str, value) -> str:
     flag = dict(FLAGS)[key]
     if key == "sets":
-        return flag + " " + " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in value.items())
+        return flag + " " + " ".join(shorten(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
+                                     for k, v in value.items())
     if key == "cpu_only":
         return flag
-    return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+    return f"{flag} {shorten(' '.join(map(str, value)) if isinstance(value, list) else str(value))}"
 
 
 def _lost_lock(other: LockInfo | None) -> None:
