@@ -4,7 +4,7 @@ MLflow creates and migrates a new store's tables with no guard against a second 
 together on a new SQLite file failed (`duplicate column name: step`, then `Online migration expected to match one
 row`), and on a new PostgreSQL database (`CREATE TABLE alembic_version`). Each round here starts several real
 processes that open the same new store through the driver's own entry point (`sweeps.tracking.check_reachable`),
-all released at the same instant after their imports, then write to it; every one must succeed, every round.
+all released at the same instant once imported (a gate file), then write to it; every one must succeed, every round.
 Without the creation lock (sweeps.tracking.creating_store) 3 of 4 failed in each of 3 rounds, on both stores.
 Then two real sweeps, started together on a new SQLite store in one work folder, both finish, nothing mixed.
 """
@@ -27,11 +27,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 OPENER = """
 import sys, time
+from pathlib import Path
 from sweeps.tracking import check_reachable
 import mlflow.store.db.utils  # imported before the start: only the store's creation is raced
 from mlflow.tracking import MlflowClient
-uri, at, me = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-time.sleep(max(0.0, at - time.time()))
+uri, gate, me = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+(gate / f"ready-{me}").touch()
+while not (gate / "go").exists():
+    time.sleep(0.005)
 check_reachable(uri)
 MlflowClient(uri).create_experiment(f"opener-{me}")
 print("ok", flush=True)
@@ -40,14 +43,17 @@ ROUNDS, OPENERS = 3, 4
 
 
 def open_together(uri: str) -> list[str]:
-    """OPENERS processes opening `uri` at one instant (after their imports); what each printed last."""
-    at = time.time() + 15  # their imports take 4-8 s each on 2 busy cores
-    procs = [subprocess.Popen([sys.executable, "-c", OPENER, uri, str(at), str(i)], cwd=ROOT,
+    """OPENERS processes opening `uri` at one instant, once all have imported what they need (a gate file they
+    wait for, 5 ms apart); what each printed last."""
+    gate = Path(tempfile.mkdtemp(prefix="gate", dir="/tmp"))
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, uri, str(gate), str(i)], cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for i in range(OPENERS)]
+    deadline = time.monotonic() + 180
+    while len(list(gate.glob("ready-*"))) < OPENERS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (gate / "go").touch()
     outs = [p.communicate(timeout=180)[0] for p in procs]
-    late = time.time() > at + 10
-    assert not late, "the openers were not ready before their start time: the race was not run"
     return [(o.strip().splitlines() or ["(nothing)"])[-1][:300] for o in outs]
 
 
