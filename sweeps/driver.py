@@ -31,6 +31,7 @@ from ssat.config import ConfigError, brief, shorten
 
 from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, hold, inspect, leftover_ray_processes,
                           proc_start_ticks)
+from .disk import CAUSE as DISK_FULL, DiskWatch, check_free, drop_torn_checkpoints
 from .errors import SweepError, UsageError
 from .outcomes import TrialOutcome, stage_outcome, top_configs
 from .paths import Paths, sweep_paths
@@ -274,6 +275,7 @@ def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = "."
     if paths.state.exists():
         _refuse_if_driven(paths)
         raise SweepError(unfinished)
+    check_free(paths.workdir)
     check_reachable(uri)  # before the lock: an unreachable store leaves no folder behind
     with hold(paths.sweep_dir, command or f"python -m sweeps run {spec_path}", name=spec.name,
               workdir=paths.workdir, log=log, on_lost=_lost_lock) as lock:
@@ -292,6 +294,7 @@ def resume_sweep(name: str, *, workdir: str | Path = ".", rerun_failed: bool = F
     checkpoints, a search up to its num_samples), then the later stages. Refused while another driver lives."""
     paths = sweep_paths(workdir, name)
     SweepState.load(paths)  # "no sweep named ..." before anything is written
+    check_free(paths.workdir)
     with hold(paths.sweep_dir, command or f"python -m sweeps resume {name}", name=name, workdir=paths.workdir,
               log=log, on_lost=_lost_lock) as lock:
         state = SweepState.load(paths)  # as the last driver left it
@@ -384,8 +387,13 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     elif tuner is None:
         tuner = grid_tuner(spec, trials, paths, stage, state.tracking_uri, meta, state.args.max_failures,
                            parent_run_id)
-    with interrupt.tune_stage(), diverted(paths.sweep_dir / "sweep.log"):
+    with interrupt.tune_stage(), diverted(paths.sweep_dir / "sweep.log"), \
+            DiskWatch(paths.workdir, paths.tune_dir / stage, paths.sweep_dir / "disk_reserve", spec.max_concurrent,
+                      interrupt.request, log):
         results = tuner.fit()
+    if interrupt.cause == DISK_FULL:
+        for torn in drop_torn_checkpoints(paths.tune_dir / stage):
+            log(f"[sweep] removed {torn}: a checkpoint the full disk cut short (Tune never registered it)")
     out = stage_outcome(results, stage, expected, interrupt.requested)
     log(f"[stage] {stage}: {out.done}/{expected} trials finished"
         + (f", {out.stopped_early} stopped early by the scheduler" if out.stopped_early else "")

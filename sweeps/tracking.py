@@ -196,6 +196,7 @@ class Tracker:
         self.last_step: dict[str, int] = {}  # key -> last logged epoch
         self._exp_id: str | None = None
         self._warned = False
+        self._journal_failing = False
         self._next_try = 0.0
         if self.spool:
             self._adopt()
@@ -213,17 +214,29 @@ class Tracker:
                 except json.JSONDecodeError:  # the last line of a driver that died mid-write (power loss)
                     self.log(f"[tracking] skipped a torn line of {f.name}: {line[:80]}")
         if found:
-            self._journal(self.queue)  # ours first, then theirs go: a kill in between only duplicates
-            for f in found:
-                f.unlink(missing_ok=True)
+            if self._journal(self.queue):  # ours first, then theirs go: a kill in between only duplicates
+                for f in found:
+                    f.unlink(missing_ok=True)
             self.log(f"[tracking] adopted {len(self.queue)} operation(s) left unsent by an earlier driver "
                      f"({', '.join(f.name for f in found)})")
 
-    def _journal(self, ops: list[dict]) -> None:
-        if self.journal and ops:
+    def _journal(self, ops: list[dict]) -> bool:
+        """Append to the journal; a journal that cannot be written (a full disk) is said once, and the operations
+        stay queued in memory: a driver killed now would lose them, one that stops sends or spools them."""
+        if not (self.journal and ops):
+            return True
+        try:
             self.journal.parent.mkdir(parents=True, exist_ok=True)
             with open(self.journal, "a") as f:
                 f.write("".join(json.dumps(op) + "\n" for op in ops))
+        except OSError as exc:
+            if not self._journal_failing:
+                self.log(f"[tracking] cannot write the journal {self.journal} ({exc.strerror or exc}); operations "
+                         "are kept in memory")
+            self._journal_failing = True
+            return False
+        self._journal_failing = False
+        return True
 
     # ---- ids -----------------------------------------------------------------------------------
     @property
@@ -372,7 +385,8 @@ class Tracker:
                 self.log("[tracking] store reachable again; queued operations sent")
                 self._warned = False
         if self.journal:
-            self.journal.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # never there when it could not be written
+                self.journal.unlink(missing_ok=True)
         return True
 
     def flush(self, timeout: float, interval: float = 2.0) -> bool:

@@ -43,24 +43,25 @@ def cli(env: dict, *argv: str, timeout: float = 600) -> subprocess.CompletedProc
                           timeout=timeout)
 
 
-def start_driver(work: Path, env: dict, epochs: int = 2, log_name: str = "driver.log") -> subprocess.Popen:
-    log = open(work / log_name, "wb")
+def start_driver(work: Path, env: dict, epochs: int = 2, log: Path | None = None) -> subprocess.Popen:
+    """`run` of the smoke spec in `work`, its console in `log` (default <work>/driver.log)."""
+    log = open(log or work / "driver.log", "wb")
     return subprocess.Popen([sys.executable, "-m", "sweeps", "run", SMOKE, "--epochs", str(epochs), "--workdir",
                              str(work)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
-def paused_trials(work: Path, driver: subprocess.Popen, timeout: float = 480, log_name: str = "driver.log") -> list[int]:
+def paused_trials(work: Path, driver: subprocess.Popen, timeout: float = 480) -> list[int]:
     """The pids of the trial processes once both trials are paused in epoch 2 (their fault markers name them)."""
     once, deadline = work / "once", time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert driver.poll() is None, (work / log_name).read_text()[-3000:]
+        assert driver.poll() is None, (work / "driver.log").read_text()[-3000:]
         markers = sorted(once.glob("pause@2_1-*")) if once.exists() else []
         if len(markers) == 2:
             time.sleep(1)  # the pause starts right after its marker is written
             return [int(m.read_text().split(" pid ")[1]) for m in markers]
         time.sleep(1)
-    raise AssertionError("the trials never paused:\n" + (work / log_name).read_text()[-3000:])
+    raise AssertionError("the trials never paused:\n" + (work / "driver.log").read_text()[-3000:])
 
 
 def assert_finished_unharmed(work: Path, epochs: int = 2) -> None:
