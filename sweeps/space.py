@@ -27,10 +27,12 @@ MAX_CHOICES = 1_000  # values of one choice
 def check_space(space: dict, path: str = "<spec>") -> None:
     seen: list[str] = []
     for key, dist in space.items():
-        if not isinstance(key, str) or len(key) > MAX_KEY:
-            raise SpecError(f"{path}: search.space: expected a dotted config key such as 'method.beta' (at most "
-                            f"{MAX_KEY} characters), got {brief(key)}")
+        if isinstance(key, str) and len(key) > MAX_KEY:
+            raise SpecError(f"{path}: search.space: a key of {len(key):,} characters ({brief(key)}); allowed: a dotted "
+                            f"config key of at most {MAX_KEY} characters")
         where = f"search.space.{key}"
+        if not isinstance(key, str):
+            raise SpecError(f"{path}: {where}: expected a dotted config key such as 'method.beta', got {brief(key)}")
         if not isinstance(dist, dict):
             raise SpecError(f"{path}: {where}: expected {{choice: [...]}}, {{float: [lo, hi]}} or {{int: [lo, hi]}}")
         check_keys(dist, DIST_KEYS, path, f"{where}.")

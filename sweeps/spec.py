@@ -229,7 +229,7 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
         raise _err(path, f"stage: {brief(stage)}; allowed: {', '.join(STAGES)}")
     for key in ("table", "column_group"):
         _text(raw.get(key, ""), path, key)
-    _text(raw.get("description", ""), path, "description", MAX_DESCRIPTION)
+    _text(str(raw.get("description", "")), path, "description", MAX_DESCRIPTION)  # YAML may give a date
     _int(raw.get("expected_seeds", len(seeds)), path, "expected_seeds", hi=MAX_SEEDS, allowed=_up_to(MAX_SEEDS))
     spec = Spec(name=name, preset=pname, base=base, seeds=seeds, resources=res, max_concurrent=mc, metric=metric,
                 mode=mode, table=raw.get("table", ""), column_group=raw.get("column_group", ""), stage=stage,
@@ -341,7 +341,8 @@ def _resources(res: Any, path: str, cpu_only: bool) -> dict:
     cpu, gpu = res.get("cpu", 1), res.get("gpu", 0)
     custom = res.get("custom") or {}
     for name in custom if isinstance(custom, dict) else ():
-        _text(name, path, "resources.custom")
+        if isinstance(name, str):  # other keys are refused below
+            _text(name, path, "resources.custom")
     if not isinstance(custom, dict) or not all(
             isinstance(k, str) and k and _number(v) and 0 < v < float("inf")
             for k, v in custom.items()):
