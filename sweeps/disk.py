@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import SweepError
+from .sweep_log import LOG
 
 FLOOR = 16 * 2**20        # what a stop writes (Tune's state, MLflow's ends, sweep.json) fits many times in it
 START_FREE = 2 * FLOOR    # the ballast, and as much again to run in
@@ -136,6 +137,9 @@ class DiskWatch:
         self.tripped = True
         self.ballast.unlink(missing_ok=True)
         self.log(full_line(self.folder, free, total, need))
+        LOG.write(f"[disk] {self.folder}: {free:,} of {total:,} bytes free, under the reserve of {need:,} = "
+                  f"{FLOOR:,} + {self.concurrent} trial(s) x {self.largest:,} (the stage's largest checkpoint); "
+                  f"{self.ballast} ({FLOOR:,} bytes) given back for the stop")
         self.stop(CAUSE)
         return True
 

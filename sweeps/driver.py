@@ -387,13 +387,13 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     elif tuner is None:
         tuner = grid_tuner(spec, trials, paths, stage, state.tracking_uri, meta, state.args.max_failures,
                            parent_run_id)
-    with interrupt.tune_stage(), diverted(paths.sweep_dir / "sweep.log"), \
+    with interrupt.tune_stage(), diverted(paths.sweep_dir / "sweep.log") as sweep_log, \
             DiskWatch(paths.workdir, paths.tune_dir / stage, paths.sweep_dir / "disk_reserve", spec.max_concurrent,
                       interrupt.request, log):
         results = tuner.fit()
-    if interrupt.cause == DISK_FULL:
-        for torn in drop_torn_checkpoints(paths.tune_dir / stage):
-            log(f"[sweep] removed {torn}: a checkpoint the full disk cut short (Tune never registered it)")
+        if interrupt.cause == DISK_FULL:
+            for torn in drop_torn_checkpoints(paths.tune_dir / stage):
+                sweep_log.write(f"[disk] removed {torn}: a checkpoint the full disk cut short (never registered)")
     out = stage_outcome(results, stage, expected, interrupt.requested)
     log(f"[stage] {stage}: {out.done}/{expected} trials finished"
         + (f", {out.stopped_early} stopped early by the scheduler" if out.stopped_early else "")

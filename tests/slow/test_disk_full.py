@@ -104,6 +104,7 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_finishes_it(small_di
     assert (f"sweep {NAME} is INCOMPLETE: stage grid interrupted (disk full). Resume with:\n"
             f"  python -m sweeps resume {NAME} --workdir {small_disk}\n") in out, out[-3000:]
     assert_no_traceback(out)
+    assert "[disk] " in (small_disk / "runs" / "sweeps" / NAME / "sweep.log").read_text()  # the details
     assert not (small_disk / "runs" / "sweeps" / NAME / "disk_reserve").exists()
     assert_nothing_torn_where_ray_reads(stage)
     client = MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}")

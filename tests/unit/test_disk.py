@@ -63,6 +63,17 @@ def test_the_watch_stops_the_sweep_once_under_the_reserve_and_gives_the_ballast_
     assert not watch.check(0, 100 * MB) and len(stops) == 1  # once
 
 
+def test_the_details_of_a_full_disk_go_to_the_sweeps_log(tmp_path):
+    from sweeps.sweep_log import diverted
+
+    watch = DiskWatch(tmp_path, tmp_path, tmp_path / "disk_reserve", 3, print, print)
+    with diverted(tmp_path / "sweep.log"):
+        assert watch.check(5 * MB, 64 * MB)
+    assert (f"[disk] {tmp_path}: 5,242,880 of 67,108,864 bytes free, under the reserve of 16,777,216 = 16,777,216 + "
+            f"3 trial(s) x 0 (the stage's largest checkpoint); {tmp_path / 'disk_reserve'} (16,777,216 bytes) given "
+            "back for the stop") in (tmp_path / "sweep.log").read_text()
+
+
 def test_the_checkpoint_size_is_measured_until_known_then_only_now_and_then(tmp_path, monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(disk.time, "monotonic", lambda: clock[0])
