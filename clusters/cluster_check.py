@@ -288,6 +288,19 @@ def auth_problems(cfg: dict) -> tuple[list[str], set[str]]:
     return problems, modes
 
 
+def token_file_problems(commands: list[str], modes: set[str]) -> list[str]:
+    """With token auth, every node's setup names the same token file (the shared secret): a node with another
+    token, or none, cannot join the cluster."""
+    setups = [c for c in commands if "setup_node.sh" in c]
+    if modes != {"token"} or not setups:
+        return []
+    files = [flag_values(tokens_of(c), "--auth-token-file") for c in setups]
+    if any(not f for f in files) or len({v for f in files for v in f}) != 1:
+        return ["RAY_AUTH_MODE=token: every setup_node.sh needs the same --auth-token-file (on the shared storage), "
+                f"got {[f[0] if f else None for f in files]}"]
+    return []
+
+
 def node_type_problems(cfg: dict) -> list[str]:
     problems = []
     head = cfg.get("head_node_type")
@@ -394,6 +407,7 @@ def validate_cluster_yaml(path: str | Path, repo_root: str | Path | None = None)
     modes |= {v for c in commands for v in flag_values(tokens_of(c), "--auth-mode")}
     if len(modes) > 1:
         problems.append(f"different RAY_AUTH_MODE values across commands: {sorted(modes)}")
+    problems += token_file_problems(commands, modes)
     head_cmds = (cfg.get("head_setup_commands") or []) + (cfg.get("head_start_ray_commands") or [])
     if not any(re.search(r"mlflow\s+server|start_mlflow\.sh", c) and "--stop" not in c for c in head_cmds):
         problems.append("the head starts no MLflow tracking server (clusters/start_mlflow.sh)")

@@ -5,13 +5,19 @@
 # ~/ssat-sweeps (so this script and the lock file always come from the same commit as the cluster YAML).
 #
 #   setup_node.sh --role head|worker (--install --venv DIR | --use-venv DIR)
-#                 --auth-mode disabled|token --data-root DIR [--data-src SRC] --storage-path PATH_OR_URI
+#                 --auth-mode disabled|token [--auth-token-file FILE] --data-root DIR [--data-src SRC]
+#                 --storage-path PATH_OR_URI
 #                 [--nfs SERVER:/EXPORT --nfs-mount DIR] [--mlflow-host IP] [--mlflow-port 5000]
 #                 [--gpu auto|required|none] [--mps auto|off] [--extra-lock FILE] [--postgres]
 #
 # --postgres (the head of ray_cluster.yaml): Debian's/Ubuntu's PostgreSQL server programs for the MLflow store
 # (clusters/postgres.sh runs one private cluster of them). postgresql-common goes first, told not to make the
 # distribution's own "main" cluster, so no PostgreSQL service of the system runs or listens anywhere.
+#
+# --auth-mode token --auth-token-file FILE (ray_cluster.yaml: a file on the shared storage, which only the
+# cluster's nodes mount): Ray's token, the one shared secret of every node and client. The head makes it
+# (32 random bytes, hex, mode 600) unless it exists; a worker needs it there. ~/.ssat/env.sh exports
+# RAY_AUTH_TOKEN_PATH=FILE, so `ray start`, `ray stop` and every Ray process of the node use it.
 #
 # --storage-path is the folder every node reaches (the sweep CLI's --workdir: Tune's storage_path, the
 # teacher cache and the tracking spool live under it); with --nfs it is on that NFS export (e.g. EFS),
@@ -43,7 +49,7 @@ repo=$(cd "$here/.." && pwd)
 source "$here/lib.sh"
 
 lock="$repo/lock/requirements.lock"
-role="" venv="" install=0 auth_mode="" data_root="" data_src="" storage="" gpu=auto
+role="" venv="" install=0 auth_mode="" token_file="" data_root="" data_src="" storage="" gpu=auto
 mlflow_host="" mlflow_port=5000 extra_lock="" nfs="" nfs_mount="" mps=auto postgres=0
 while (($#)); do
     case "$1" in
@@ -52,6 +58,7 @@ while (($#)); do
         --venv) venv=$2; shift 2 ;;
         --use-venv) venv=$2; install=0; shift 2 ;;
         --auth-mode) auth_mode=$2; shift 2 ;;
+        --auth-token-file) token_file=$2; shift 2 ;;
         --data-root) data_root=$2; shift 2 ;;
         --data-src) data_src=$2; shift 2 ;;
         --storage-path) storage=$2; shift 2 ;;
@@ -69,10 +76,12 @@ done
 [[ "$role" == head || "$role" == worker ]] || ssat_die "--role head|worker is required"
 [[ -n "$venv" ]] || ssat_die "--venv DIR (with --install) or --use-venv DIR is required"
 [[ "$auth_mode" == disabled || "$auth_mode" == token ]] || ssat_die "--auth-mode disabled|token is required"
+[[ "$auth_mode" == token || -z "$token_file" ]] || ssat_die "--auth-token-file goes with --auth-mode token"
 [[ -n "$data_root" && -n "$storage" ]] || ssat_die "--data-root and --storage-path are required"
 [[ "$mps" == auto || "$mps" == off ]] || ssat_die "--mps $mps; allowed: auto (MPS on GPU nodes that have it) or off"
 venv=${venv/#\~/$HOME}
 data_root=${data_root/#\~/$HOME}
+token_file=${token_file/#\~/$HOME}
 
 # The tracking server runs on the head, bound to the head's private address. Ray exports RAY_HEAD_IP to
 # the setup commands of worker nodes; the head uses its own private address.
@@ -166,6 +175,17 @@ if ((postgres)); then
     install_postgres
 fi
 
+# Ray's token (--auth-token-file): made once by the head, on the shared storage mounted above.
+if [[ -n "$token_file" ]]; then
+    if [[ "$role" == head && ! -s "$token_file" ]]; then
+        mkdir -p "$(dirname "$token_file")"
+        (umask 077 && od -An -vtx1 -N32 /dev/urandom | tr -d ' \n' >"$token_file.tmp.$$" &&
+            mv "$token_file.tmp.$$" "$token_file")
+        ssat_log "made Ray's token $token_file (mode 600)"
+    fi
+    [[ -s "$token_file" ]] || ssat_die "--auth-token-file $token_file: no token there (the head's setup makes it)"
+fi
+
 if ((install)); then
     install_env
 else
@@ -183,6 +203,7 @@ case ":\$PATH:" in *":\$SSAT_VENV/bin:"*) ;; *) export PATH="\$SSAT_VENV/bin:\$P
 # Set explicitly on every node: unset, Ray turns token auth on by itself whenever ~/.ray/auth_token
 # exists, and the CLI clients then fail against a cluster started without it (or the reverse).
 export RAY_AUTH_MODE=$auth_mode
+${token_file:+export RAY_AUTH_TOKEN_PATH=$(printf %q "$token_file")}
 export SSAT_DATA_ROOT=$(printf %q "$data_root")
 export SSAT_STORAGE_PATH=$(printf %q "$storage")
 export MLFLOW_TRACKING_URI=http://$mlflow_host:$mlflow_port

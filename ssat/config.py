@@ -44,6 +44,23 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+MAX_EPOCHS = 10_000  # optim.epochs and --epochs: far past any real run (the paper's longest is 200)
+MAX_STRING = 4_096   # a string setting (a name from a registry, a path): PATH_MAX
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """`text` cut to `limit` characters, its length said: a message never echoes megabytes of what was given."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def brief(value: Any, limit: int = 120) -> str:
+    """The repr of a value an error names, `shorten`ed."""
+    try:
+        return shorten(repr(value), limit)
+    except ValueError:  # an integer past Python's 4,300 digits to text
+        return f"an integer of {value.bit_length():,} bits"
+
+
 class ConfigError(ValueError):
     """A configuration mistake, reported with the field, the value and what is allowed."""
 
@@ -322,36 +339,39 @@ def _coerce(path: str, value: Any, tp) -> Any:
         if isinstance(value, str):
             value = [v for v in value.replace("[", "").replace("]", "").split(",") if v.strip()]
         if not isinstance(value, list):
-            raise ConfigError(f"{path}: expected a list, got {value!r} ({type(value).__name__})")
+            raise ConfigError(f"{path}: expected a list, got {brief(value)} ({type(value).__name__})")
         return [_coerce(f"{path}[{i}]", v, inner) for i, v in enumerate(value)]
     if tp is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "on", "off"):
             return value.lower() in ("true", "yes", "on")
-        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        raise ConfigError(f"{path}: expected true or false, got {brief(value)}")
     if tp is int:
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+            raise ConfigError(f"{path}: expected an integer, got {brief(value)}")
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{path}: expected an integer, got {value!r}") from None
+            raise ConfigError(f"{path}: expected an integer, got {brief(value)}") from None
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
+            raise ConfigError(f"{path}: expected a number, got {brief(value)}")
         try:
             out = float(value)
         except (TypeError, ValueError, OverflowError):
-            raise ConfigError(f"{path}: expected a number, got {value!r}") from None
+            raise ConfigError(f"{path}: expected a number, got {brief(value)}") from None
         if not math.isfinite(out):
-            raise ConfigError(f"{path}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{path}: expected a finite number, got {brief(value)}")
         return out
     if tp is str:
         if path in SWITCH_FIELDS and isinstance(value, bool):  # graph_mode was a boolean: true/false still mean on/off
             return "on" if value else "off"
         if not isinstance(value, str):
-            raise ConfigError(f"{path}: expected a string, got {value!r} ({type(value).__name__})")
+            raise ConfigError(f"{path}: expected a string, got {brief(value)} ({type(value).__name__})")
+        if len(value) > MAX_STRING:
+            raise ConfigError(f"{path}: {len(value):,} characters ({brief(value)}); allowed: at most {MAX_STRING:,} "
+                              "(the longest path a file system takes)")
         return value
     return value
 
@@ -359,12 +379,12 @@ def _coerce(path: str, value: Any, tp) -> Any:
 def _build_section(name: str, values: Any):
     cls = _section_class(name)
     if not isinstance(values, dict):
-        raise ConfigError(f"{name}: expected a mapping of keys, got {values!r}")
+        raise ConfigError(f"{name}: expected a mapping of keys, got {brief(values)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for key, value in values.items():
         if key not in hints:
-            raise ConfigError(f"unknown key {name + '.' + key!r}{_suggest(key, hints)}")
+            raise ConfigError(f"unknown key {brief(name + '.' + key)}{_suggest(key, hints)}")
         kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
     return cls(**kwargs)
 
@@ -378,17 +398,17 @@ def from_dict(d: dict | None = None, overrides: dict[str, Any] | None = None) ->
         raise ConfigError(f"{where or 'config'}: {exc}; allowed: numbers, strings, booleans, null, lists and "
                           "mappings with string keys") from None
     if not isinstance(d, dict):
-        raise ConfigError(f"config: expected a mapping, got {d!r}")
+        raise ConfigError(f"config: expected a mapping, got {brief(d)}")
     if not isinstance(overrides or {}, dict):
-        raise ConfigError(f"overrides: expected a mapping of dotted keys, got {overrides!r}")
+        raise ConfigError(f"overrides: expected a mapping of dotted keys, got {brief(overrides)}")
     for key, value in (overrides or {}).items():
         if not isinstance(key, str):
-            raise ConfigError(f"override key {key!r}: expected a dotted key string such as 'method.beta'")
+            raise ConfigError(f"override key {brief(key)}: expected a dotted key string such as 'method.beta'")
         _set_dotted(d, key, value)
     top = {"seed"} | set(SECTIONS)
     for key in d:
         if key not in top:
-            raise ConfigError(f"unknown key {key!r}{_suggest(key, top)}")
+            raise ConfigError(f"unknown key {brief(key)}{_suggest(key, top)}")
     sections = {name: _build_section(name, d.get(name, {})) for name in SECTIONS}
     seed = _coerce("seed", d.get("seed", 0), int)
     return Config(seed=seed, **sections)
@@ -412,14 +432,14 @@ def _set_dotted(d: dict, key: str, value: Any) -> None:
     parts = key.split(".")
     if len(parts) == 1:
         if parts[0] != "seed":
-            raise ConfigError(f"unknown key {key!r}{_suggest(key, _all_dotted_keys())}")
+            raise ConfigError(f"unknown key {brief(key)}{_suggest(key, _all_dotted_keys())}")
         d["seed"] = value
         return
     if len(parts) != 2 or parts[0] not in SECTIONS:
-        raise ConfigError(f"unknown key {key!r}{_suggest(key, _all_dotted_keys())}")
+        raise ConfigError(f"unknown key {brief(key)}{_suggest(key, _all_dotted_keys())}")
     d.setdefault(parts[0], {})
     if not isinstance(d[parts[0]], dict):
-        raise ConfigError(f"{parts[0]}: expected a mapping of keys, got {d[parts[0]]!r}")
+        raise ConfigError(f"{parts[0]}: expected a mapping of keys, got {brief(d[parts[0]])}")
     d[parts[0]][parts[1]] = value
 
 
@@ -437,12 +457,12 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     out = {}
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key=value, e.g. method.beta=0.5")
+            raise ConfigError(f"--set {brief(item)}: expected key=value, e.g. method.beta=0.5")
         key, raw = item.split("=", 1)
         try:
             out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {item!r}: the value {raw!r} is not a valid YAML scalar or list "
+            raise ConfigError(f"--set {brief(item)}: the value {brief(raw)} is not a valid YAML scalar or list "
                               f"({getattr(exc, 'problem', None) or exc}); quote it or fix the brackets") from None
     return out
 
@@ -457,7 +477,7 @@ def _one_of(path: str, value: Any, allowed) -> None:
     if value not in allowed:
         near = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.5)
         hint = f" (did you mean '{near[0]}'?)" if near else ""
-        raise ConfigError(f"{path}: {value!r} is not allowed{hint}; allowed: {', '.join(map(str, allowed))}")
+        raise ConfigError(f"{path}: {brief(value)} is not allowed{hint}; allowed: {', '.join(map(str, allowed))}")
 
 
 def validate(cfg: Config) -> None:
@@ -497,7 +517,7 @@ def validate(cfg: Config) -> None:
     _need(m.gamma_prime >= 0, f"method.gamma_prime: {m.gamma_prime}; allowed: >= 0")
     if not METHOD_REGISTRY[m.name].may_interpolate:
         interpolating = ", ".join(method_names(lambda e: e.may_interpolate))
-        _need(not m.interpolate, f"method.interpolate: true with method.name={m.name!r}, whose loss never "
+        _need(not m.interpolate, f"method.interpolate: true with method.name={brief(m.name)}, whose loss never "
               f"uses the interpolated example; use one of {interpolating}, or set interpolate=false")
     _check_batching_settings(cfg)
     _need(not (s.precision == "fp16" and s.device == "cpu"), "system.precision: 'fp16' with system.device='cpu'; "
@@ -505,14 +525,15 @@ def validate(cfg: Config) -> None:
     _need(cfg.eps is None or cfg.eps > 0, f"attack.eps: {a.eps}; allowed: eps > 0")
     schedule = SCHEDULE_REGISTRY[a.schedule]
     if schedule.needs_t:
-        _need(a.t is not None, f"attack.t: None with attack.schedule={a.schedule!r}; allowed: 1..optim.epochs")
+        _need(a.t is not None, f"attack.t: None with attack.schedule={brief(a.schedule)}; allowed: 1..optim.epochs")
         _need(1 <= a.t <= o.epochs, f"attack.t: {a.t} is beyond the run; allowed: 1..optim.epochs ({o.epochs})")
     if schedule.needs_gamma:
         _need(a.gamma >= 1, f"attack.gamma: {a.gamma}; allowed: gamma >= 1 (1 is Linear-t)")
     _need(a.steps >= 1, f"attack.steps: {a.steps}; allowed: >= 1")
     _need(a.step_ratio > 0, f"attack.step_ratio: {a.step_ratio}; allowed: > 0")
     _need(a.step_size is None or a.step_size > 0, f"attack.step_size: {a.step_size}; allowed: > 0 or None")
-    _need(o.epochs >= 1, f"optim.epochs: {o.epochs}; allowed: >= 1")
+    _need(1 <= o.epochs <= MAX_EPOCHS, f"optim.epochs: {brief(o.epochs)}; allowed: 1..{MAX_EPOCHS:,} (a limit no real run "
+                                       "comes near)")
     _need(o.lr > 0, f"optim.lr: {o.lr}; allowed: > 0")
     _need(len(o.lr_milestones) == len(o.lr_factors), f"optim.lr_milestones {o.lr_milestones} and "
           f"optim.lr_factors {o.lr_factors}: allowed: lists of the same length")
@@ -525,7 +546,7 @@ def validate(cfg: Config) -> None:
         _need(getattr(o, name) >= 1, f"optim.{name}: {getattr(o, name)}; allowed: >= 1")
     if o.swa_start is not None:
         _need(0 <= o.swa_start < o.epochs, f"optim.swa_start: {o.swa_start}; allowed: 0..{o.epochs - 1} or None")
-    _need(o.swa_start is not None or o.swa_bn == "recompute", f"optim.swa_bn: {o.swa_bn!r} without SWA "
+    _need(o.swa_start is not None or o.swa_bn == "recompute", f"optim.swa_bn: {brief(o.swa_bn)} without SWA "
           "(optim.swa_start is None); allowed without SWA: 'recompute' (the default; set optim.swa_start to average)")
     _need(e.batch_size >= 1, f"eval.batch_size: {e.batch_size}; allowed: >= 1")
     _need(e.val_every >= 1, f"eval.val_every: {e.val_every}; allowed: >= 1")
@@ -560,10 +581,10 @@ def _check_batching_settings(cfg: Config) -> None:
             section, key = path.split(".")
             value = getattr(getattr(cfg, section), key)
             users = ", ".join(method_names(lambda e: e.batching == owner.name))
-            _need(value == neutral, f"{path}: {value!r} with method.name={m.name!r}, whose {mine.label} batches have no "
-                  f"{owner.label} step; allowed with it: {neutral!r} (the other value is for the {owner.label} "
-                  f"methods: {users})")
-    _need(a.inner_target == "soft" or a.inner_loss == "ce", f"attack.inner_target: {a.inner_target!r} with "
+            _need(value == neutral, f"{path}: {brief(value)} with method.name={brief(m.name)}, whose {mine.label} "
+                  f"batches have no {owner.label} step; allowed with it: {brief(neutral)} (the other value is for the "
+                  f"{owner.label} methods: {users})")
+    _need(a.inner_target == "soft" or a.inner_loss == "ce", f"attack.inner_target: {brief(a.inner_target)} with "
           "attack.inner_loss='kl', whose attack has no target (KL to the clean prediction); allowed with kl: 'soft'")
 
 
@@ -595,8 +616,9 @@ def scale_epochs(d: dict, epochs: int) -> dict:
     """
     d = json.loads(json.dumps(d))
     old = int(d.get("optim", {}).get("epochs", OptimConfig.epochs))
-    if epochs < 1:
-        raise ConfigError(f"--epochs: {epochs}; allowed: >= 1")
+    if not 1 <= epochs <= MAX_EPOCHS:
+        raise ConfigError(f"--epochs: {brief(epochs)}; allowed: a positive integer up to {MAX_EPOCHS:,} (a limit no "
+                          "real run comes near)")
 
     def sc(x, lo=1):
         try:

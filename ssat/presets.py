@@ -10,6 +10,8 @@ import copy
 import csv
 from pathlib import Path
 
+from .config import brief
+
 PAPER_TABLE = Path(__file__).parent / "data" / "paper_hparams.csv"
 
 # Appendix "Additional Details for Training Setup": UAT++, RST and SSAT-MBI.
@@ -141,7 +143,7 @@ def preset(name: str) -> dict:
 
         near = difflib.get_close_matches(name, PRESETS, n=1)
         hint = f" (did you mean '{near[0]}'?)" if near else ""
-        raise KeyError(f"preset {name!r} is unknown{hint}; valid: {', '.join(sorted(PRESETS))}")
+        raise KeyError(f"preset {brief(name)} is unknown{hint}; valid: {', '.join(sorted(PRESETS))}")
     return copy.deepcopy(PRESETS[name])
 
 
@@ -193,7 +195,7 @@ TEACHER_PRESET_NOTES = {
 def teacher_preset(dataset: str, recipe: str = "srst-awr") -> dict:
     """The `teacher` section for a dataset: SRST-AWR's recipe (the paper's) or the original FixMatch's."""
     if dataset not in TEACHER_PRESETS:
-        raise KeyError(f"teacher preset for {dataset!r} is unknown; valid: {', '.join(sorted(TEACHER_PRESETS))}")
+        raise KeyError(f"teacher preset for {brief(dataset)} is unknown; valid: {', '.join(sorted(TEACHER_PRESETS))}")
     if recipe == "srst-awr":
         return copy.deepcopy(TEACHER_PRESETS[dataset])
     if recipe == "fixmatch":
@@ -201,7 +203,7 @@ def teacher_preset(dataset: str, recipe: str = "srst-awr") -> dict:
         if dataset == "cifar100":
             out["weight_decay"] = 1e-3
         return out
-    raise KeyError(f"teacher recipe {recipe!r} is unknown; valid: srst-awr, fixmatch")
+    raise KeyError(f"teacher recipe {brief(recipe)} is unknown; valid: srst-awr, fixmatch")
 
 
 PRESETS = _build()

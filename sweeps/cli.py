@@ -15,7 +15,7 @@ from ssat.pseudo_labels import PseudoLabelError
 from .calibrate import add_parser as add_calibrate
 from .driver import RunArgs, load_run_spec, resume_sweep, run_sweep, stop_sweep, sweep_status, sync_sweep
 from .dryrun import dry_run
-from .errors import SweepError, UsageError
+from .errors import SweepError, UsageError, cut
 from .tracking import TrackingUnavailable
 
 
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
             return run_calibrate(args)
         return {"run": cmd_run, "resume": cmd_resume, "status": cmd_status, "stop": cmd_stop, "sync": cmd_sync}[args.cmd](args)
     except (ConfigError, SweepError, TrackingUnavailable, DataError, PseudoLabelError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {cut(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -5,10 +5,10 @@
 
 Stages in order: teacher (one per split, on the driver) -> grid, or search then confirm (Ray Tune). Each stage
 counts its trials against what the spec asked for, never against what Tune happened to create. Ctrl+C (SIGINT,
-also `python -m sweeps stop`) stops the sweep in the stage it reaches: Tune saves its state, the runs it cut end
-as KILLED in MLflow with the reason, the driver says INCOMPLETE, prints the resume command and returns 1; no
-later stage starts. A stage that ends incomplete for another reason (failed trials, an error) ends the sweep's
-run FAILED with the reason; no run of the sweep is left RUNNING either way. Everything `resume` needs is in
+also `python -m sweeps stop`), SIGTERM and SIGHUP stop the sweep in the stage it reaches: Tune saves its state, the
+runs it cut end as KILLED in MLflow with the reason, the driver says INCOMPLETE, prints the resume command and
+returns 1; no later stage starts. A stage that ends incomplete for another reason (failed trials, an error) ends the
+sweep's run FAILED with the reason; no run of the sweep is left RUNNING either way. Everything `resume` needs is in
 <sweep dir>/sweep.json (`SweepState`).
 
 One driver per sweep: `run`, `resume` and `sync` hold <sweep dir>/driver.lock (sweeps/driver_lock.py) from
@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ssat.config import ConfigError
+from ssat.config import ConfigError, brief, shorten
 
 from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, hold, inspect, leftover_ray_processes,
                           proc_start_ticks)
+from .disk import CAUSE as DISK_FULL, DiskWatch, check_free, drop_torn_checkpoints
 from .errors import SweepError, UsageError
 from .outcomes import TrialOutcome, stage_outcome, top_configs
 from .paths import Paths, sweep_paths
@@ -38,6 +39,7 @@ from .provenance import code_version
 from .resources import check_gpu, init_ray
 from .run_records import sweep_key, sweep_record
 from .spec import NAME_RE, Spec, parse_spec, read_yaml
+from .sweep_log import diverted
 from .teacher_stage import teacher_stage
 from .tracking import Tracker, check_reachable, resolve_uri, ui_url
 from .tuners import grid_tuner, restore_tuner, search_tuner
@@ -92,7 +94,7 @@ class SweepState:
     @classmethod
     def load(cls, paths: Paths) -> "SweepState":
         if not paths.state.exists():
-            raise SweepError(f"no sweep named {paths.name!r} in {paths.workdir / 'runs' / 'sweeps'}")
+            raise SweepError(f"no sweep named {brief(paths.name)} in {paths.workdir / 'runs' / 'sweeps'}")
         d = json.loads(paths.state.read_text())
         known = {f.name for f in dataclasses.fields(RunArgs)}
         d["args"] = RunArgs(**{k: v for k, v in d.get("args", {}).items() if k in known})
@@ -100,33 +102,54 @@ class SweepState:
         return cls(**{k: v for k, v in d.items() if k in fields})
 
 
+# What stops a sweep as Ctrl+C does, and how its messages name it: a person (SIGINT), `kill`, SLURM or systemd
+# (SIGTERM), a closed terminal or ssh session (SIGHUP).
+STOP_SIGNALS = {signal.SIGINT: "Ctrl+C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+
+
 class Interrupt:
-    """Ctrl+C to the driver, remembered and turned into what the running stage understands.
+    """A stop asked of the driver (STOP_SIGNALS, or `request` by the driver itself), remembered and turned into what
+    the running stage understands.
 
     Inside a Tune stage it becomes SIGUSR1, Tune's own stop signal (Tune then saves its state and fit() returns
-    normally, so the flag is how the driver knows); elsewhere (the teacher stage) it raises KeyboardInterrupt.
-    A second Ctrl+C inside a Tune stage raises KeyboardInterrupt too, as Tune's own handler would.
+    normally, so `cause` is how the driver knows); elsewhere (the teacher stage) it raises KeyboardInterrupt.
+    A second one inside a Tune stage raises KeyboardInterrupt too, as Tune's own handler would.
     """
 
     def __init__(self):
-        self.requested, self.in_tune = False, False
+        self.cause: str | None = None  # what stopped the sweep, as its messages say it ("Ctrl+C", "SIGTERM", ...)
+        self.in_tune = False
 
-    def _handler(self, signum, frame):
-        again, self.requested = self.requested, True
+    @property
+    def requested(self) -> bool:
+        return self.cause is not None
+
+    def request(self, cause: str) -> bool:
+        """Stop as Ctrl+C does, for `cause`; safe from any thread. False when Tune cannot be told (outside a Tune
+        stage, or asked before): a signal handler then raises KeyboardInterrupt."""
+        again = self.requested
+        self.cause = self.cause or cause
         if self.in_tune and not again:
             os.kill(os.getpid(), signal.SIGUSR1)
-        else:
+            return True
+        return False
+
+    def _handler(self, signum, frame):
+        if signum == signal.SIGHUP:
+            _quiet_console()
+        if not self.request(STOP_SIGNALS[signum]):
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
     def installed(self):
-        old = signal.signal(signal.SIGINT, self._handler)
+        old = {sig: signal.signal(sig, self._handler) for sig in STOP_SIGNALS}
         had = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours forwards to Tune instead
         try:
             yield self
         finally:
-            signal.signal(signal.SIGINT, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
             if had is None:
                 os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
             else:
@@ -141,6 +164,16 @@ class Interrupt:
             self.in_tune = False
 
 
+def _quiet_console() -> None:
+    """After a hang-up the terminal is gone, and a write to it fails (EIO): what the driver still prints goes
+    nowhere instead (the resume command is in `python -m sweeps status NAME`)."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        if os.isatty(fd):
+            os.dup2(null, fd)
+    os.close(null)
+
+
 FLAGS = (("sets", "--set"), ("epochs", "--epochs"), ("seeds", "--seeds"), ("max_concurrent", "--max-concurrent"),
          ("rows", "--rows"), ("data_root", "--data-root"), ("cpu_only", "--cpu-only"), ("gpu_share", "--gpu-share"))
 
@@ -148,8 +181,8 @@ FLAGS = (("sets", "--set"), ("epochs", "--epochs"), ("seeds", "--seeds"), ("max_
 def check_name_flag(name: str) -> None:
     """--name follows the spec's rules for a name (it names folders and the MLflow experiment)."""
     if not NAME_RE.fullmatch(name) or ".." in name:
-        raise UsageError(f"--name: {name!r}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders and "
-                         "the MLflow experiment, so no '/' or '..')")
+        raise UsageError(f"--name: {brief(name)}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
+                         "and the MLflow experiment, so no '/' or '..')")
 
 
 def load_run_spec(spec_path: str | Path, args: RunArgs) -> Spec:
@@ -194,10 +227,11 @@ def _blame_options(raw: dict, path: str, given: dict, exc: ConfigError) -> Confi
 def _flag_text(key: str, value) -> str:
     flag = dict(FLAGS)[key]
     if key == "sets":
-        return flag + " " + " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in value.items())
+        return flag + " " + " ".join(shorten(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
+                                     for k, v in value.items())
     if key == "cpu_only":
         return flag
-    return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+    return f"{flag} {shorten(' '.join(map(str, value)) if isinstance(value, list) else str(value))}"
 
 
 def _lost_lock(other: LockInfo | None) -> None:
@@ -242,6 +276,7 @@ def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = "."
     if paths.state.exists():
         _refuse_if_driven(paths)
         raise SweepError(unfinished)
+    check_free(paths.workdir)
     check_reachable(uri)  # before the lock: an unreachable store leaves no folder behind
     with hold(paths.sweep_dir, command or f"python -m sweeps run {spec_path}", name=spec.name,
               workdir=paths.workdir, log=log, on_lost=_lost_lock) as lock:
@@ -260,6 +295,7 @@ def resume_sweep(name: str, *, workdir: str | Path = ".", rerun_failed: bool = F
     checkpoints, a search up to its num_samples), then the later stages. Refused while another driver lives."""
     paths = sweep_paths(workdir, name)
     SweepState.load(paths)  # "no sweep named ..." before anything is written
+    check_free(paths.workdir)
     with hold(paths.sweep_dir, command or f"python -m sweeps resume {name}", name=name, workdir=paths.workdir,
               log=log, on_lost=_lost_lock) as lock:
         state = SweepState.load(paths)  # as the last driver left it
@@ -318,12 +354,12 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
                     continue
                 why = _run_stage(stage, spec, paths, state, tracker, meta, interrupt, resume, rerun_failed, log)
                 if why is not None:
-                    return _incomplete(paths, state, tracker, parent, stage, why, interrupt.requested, log)
+                    return _incomplete(paths, state, tracker, parent, stage, why, interrupt.cause, log)
     except KeyboardInterrupt:
-        return _incomplete(paths, state, tracker, parent, stage, "", True, log)
+        return _incomplete(paths, state, tracker, parent, stage, "", interrupt.cause or "Ctrl+C", log)
     except Exception as exc:
         _incomplete(paths, state, tracker, parent, stage, f"stopped by {type(exc).__name__}: {str(exc)[:300]}",
-                    False, log, error=True)
+                    None, log, error=True)
         raise
     tracker.set_tags(parent, {"ssat.status": "FINISHED"})
     tracker.end(parent, "FINISHED")
@@ -352,8 +388,13 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     elif tuner is None:
         tuner = grid_tuner(spec, trials, paths, stage, state.tracking_uri, meta, state.args.max_failures,
                            parent_run_id)
-    with interrupt.tune_stage():
+    with interrupt.tune_stage(), diverted(paths.sweep_dir / "sweep.log") as sweep_log, \
+            DiskWatch(paths.workdir, paths.tune_dir / stage, paths.sweep_dir / "disk_reserve", spec.max_concurrent,
+                      interrupt.request, log):
         results = tuner.fit()
+        if interrupt.cause == DISK_FULL:
+            for torn in drop_torn_checkpoints(paths.tune_dir / stage):
+                sweep_log.write(f"[disk] removed {torn}: a checkpoint the full disk cut short (never registered)")
     out = stage_outcome(results, stage, expected, interrupt.requested)
     log(f"[stage] {stage}: {out.done}/{expected} trials finished"
         + (f", {out.stopped_early} stopped early by the scheduler" if out.stopped_early else "")
@@ -361,7 +402,7 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     if interrupt.requested:
         for t in out.trials:  # even one judged finished: Tune may not have completed it (kill skips ended runs)
             if t.last_epoch >= 1:  # it reported, so its run exists (runs are made at the first report)
-                tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted (Ctrl+C) {cut_at(t)}; "
+                tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted ({interrupt.cause}) {cut_at(t)}; "
                                                     f"resume with: {resume_command(paths)}"})
         return ""
     if not out.complete:
@@ -389,11 +430,12 @@ def cut_at(t: TrialOutcome) -> str:
 
 
 def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, why: str,
-                interrupted: bool, log: Log, error: bool = False) -> int:
-    """The sweep stops short: its run ends KILLED (Ctrl+C) or FAILED (trials that did not finish, an error) with
-    the reason in `ssat.status`, no run of it is left RUNNING, and its state says "incomplete" (no driver)."""
-    why = "interrupted (Ctrl+C)" if interrupted else why
-    end, reason = (("KILLED", f"KILLED: interrupted (Ctrl+C) in stage {stage}") if interrupted
+                interrupted: str | None, log: Log, error: bool = False) -> int:
+    """The sweep stops short: its run ends KILLED (interrupted: by what, e.g. "Ctrl+C") or FAILED (trials that did
+    not finish, an error) with the reason in `ssat.status`, no run of it is left RUNNING, and its state says
+    "incomplete" (no driver)."""
+    why = f"interrupted ({interrupted})" if interrupted else why
+    end, reason = (("KILLED", f"KILLED: {why} in stage {stage}") if interrupted
                    else ("FAILED", f"FAILED: stage {stage} {why}"))
     try:
         tracker.set_tags(parent, {"ssat.status": f"{reason}; resume with: {resume_command(paths)}"})

@@ -3,7 +3,16 @@ from __future__ import annotations
 
 import difflib
 
-from ssat.config import ConfigError
+from ssat.config import ConfigError, brief
+
+
+MAX_MESSAGE = 2_000  # characters of an error message the console gets, whatever it quotes
+
+
+def cut(message: str, limit: int = MAX_MESSAGE) -> str:
+    """An error message cut to `limit` characters (and the rest counted): the last guard against a message that
+    quotes megabytes of what was given (each message quotes values through ssat.config.brief already)."""
+    return message if len(message) <= limit else f"{message[:limit]}... ({len(message) - limit:,} more characters)"
 
 
 class SweepError(RuntimeError):
@@ -24,4 +33,5 @@ def check_keys(d: dict, allowed: set, path: str, where: str) -> None:
         if k not in allowed:
             near = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.5)
             hint = f"; did you mean '{near[0]}'?" if near else ""
-            raise SpecError(f"{path}: unknown key {where + str(k)!r}{hint} Valid keys: {', '.join(sorted(allowed))}")
+            raise SpecError(f"{path}: unknown key {brief(where + str(k))}{hint} Valid keys: "
+                            f"{', '.join(sorted(allowed))}")

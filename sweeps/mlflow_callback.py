@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ray.tune import Callback
 
+from .sweep_log import LOG
 from .tracking import Tracker, epoch_metrics, final_metrics
 from .trial_settings import once_per_trial, resolve_trial
 
@@ -18,13 +19,16 @@ ARTIFACTS = ("best.pt", "best.pt.sha256", "last.pt", "last.pt.sha256", "config.j
 
 
 def _guarded(hook):
-    """A tracking problem must never stop training: report it and go on (operations stay queued)."""
+    """A tracking problem must never stop training: report it in one line and go on (operations stay queued); the
+    traceback goes to the sweep's log."""
     @functools.wraps(hook)
     def run(self, *args, **kwargs):
         try:
             return hook(self, *args, **kwargs)
-        except Exception:
-            print(f"[tracking] {hook.__name__} failed; training goes on:\n{traceback.format_exc(limit=3)}", flush=True)
+        except Exception as exc:
+            LOG.write(f"[tracking] {hook.__name__} failed:\n{traceback.format_exc()}")
+            print(f"[tracking] {hook.__name__} failed ({type(exc).__name__}: {str(exc)[:200]}); training goes on",
+                  flush=True)
     return run
 
 
@@ -196,7 +200,7 @@ class TrackingCallback(Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         key, meta = self._start(trial)
         reason, refused = error_reason(getattr(trial, "error_file", None))
-        if refused:  # one line instead of Tune's traceback (sweeps.tuners.QuietRefusedRestores); the tag names
+        if refused:  # one line instead of Tune's traceback (sweeps.sweep_log); the tag names
             # the checkpoints as in the trial's folder, the console by their paths in storage
             print(f"[sweep] {meta.get('row') or trial.trial_id} seed {meta.get('seed')}: FAILED: {reason}", flush=True)
             if getattr(trial, "path", None):

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ssat.config import brief
+
 from .errors import SweepError
 
 
@@ -47,7 +49,7 @@ def sweep_paths(workdir: str | Path, name: str) -> Paths:
     p = Paths(Path(workdir).resolve(), name)
     root = p.workdir / "runs" / "sweeps"
     if not NAME_RE.fullmatch(name) or ".." in name or p.sweep_dir.resolve().parent != root:
-        raise SweepError(f"sweep name {name!r} escapes the working folder; allowed: 1-100 letters, digits, '.', "
+        raise SweepError(f"sweep name {brief(name)} escapes the working folder; allowed: 1-100 letters, digits, '.', "
                          f"'_' or '-' (it must stay inside {root})")
     return p
 

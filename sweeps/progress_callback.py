@@ -31,6 +31,40 @@ EVAL_LINE = re.compile(r"final evaluation|\] pgd\d+: |\] autoattack \(|autoattac
 POLL_S = 2.0  # how often the driver looks at the logs of trials in their final evaluation
 
 
+def failure_reason(exc: BaseException | None) -> str:
+    """Why a trial's attempt failed, in a few words: what the trial raised (the first line of its message), or that
+    its worker process died (killed, out of memory, a crash of the interpreter)."""
+    if exc is None:
+        return "an error Ray did not keep"
+    names = {c.__name__ for c in type(exc).__mro__}
+    if "RayActorError" in names:
+        return f"its worker process died ({type(exc).__name__})"
+    err = getattr(exc, "cause", None) or exc  # RayTaskError: what the trial raised, without Ray's wrapping
+    text = str(err).strip().split("\n", 1)[0]
+    return f"{type(err).__name__}: {text[:160]}" if text else type(err).__name__
+
+
+def last_error(trial) -> BaseException | None:
+    """The error of the trial's last failure, from the driver's copy of Ray's pickle of it (its copy in storage is
+    synced later)."""
+    from ray import cloudpickle
+
+    path = getattr(trial, "pickled_error_file", None)
+    try:
+        return cloudpickle.loads(Path(path).read_bytes()) if path else None
+    except Exception:  # unreadable, or a class this driver cannot import
+        return None
+
+
+def retry_line(name: str, failures: int, max_failures: int, epoch: int, reason: str, error_file: str | None) -> str:
+    """The console line of a retried trial: which trial, which attempt (of how many), after which epoch, why."""
+    attempts = "" if max_failures < 0 else f" of {max_failures + 1}"
+    where = f"after epoch {epoch}" if epoch else "before its first epoch"
+    details = f" (details: {error_file})" if error_file else ""
+    return (f"[sweep] {name}: attempt {failures + 1}{attempts}, {where}: {reason}; it resumes from its last "
+            f"checkpoint{details}")
+
+
 class ProgressCallback(Callback):
     """Per epoch: the trial, its validation numbers, trials done out of the stage's total and the time left,
     estimated from the epochs this driver has seen finish (evaluation included) at the current concurrency."""
@@ -126,6 +160,15 @@ class ProgressCallback(Callback):
         done = len({t.trial_id for t in trials if t.status == "TERMINATED"
                     and "time/epochs" in (t.last_result or {})} | {trial.trial_id})
         print(f"[sweep] {self._name(trial)} finished ({done}/{self.total} trials done{self.eta()})", flush=True)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        """Tune retries a failed trial from its last checkpoint: one line (Ray's traceback is in the error file of the
+        trial's folder in storage, and in the sweep's log: sweeps.sweep_log)."""
+        reason = failure_reason(last_error(trial))
+        errors = trial.error_file and getattr(trial, "path", None) and f"{trial.path}/{Path(trial.error_file).name}"
+        print(retry_line(self._name(trial), trial.num_failures, trial.max_failures,
+                         int((trial.last_result or {}).get("epoch") or 0), reason, errors or trial.error_file),
+              flush=True)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         print(f"[sweep] {self._name(trial)} FAILED ({trial.error_file})", flush=True)

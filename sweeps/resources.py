@@ -1,7 +1,9 @@
 """The Ray cluster a sweep runs on: start or join it, and refuse GPU shares that no node can ever provide."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from pathlib import Path
 
 from .errors import SweepError
@@ -38,20 +40,54 @@ def check_gpu(spec: Spec, gpus_now: float | None = None) -> None:
 
 
 def init_ray(address: str | None) -> None:
+    """Join the cluster at `address`, or start a local Ray whose every process listens on 127.0.0.1 only (the
+    dashboard, off by default, too: SSAT_RAY_DASHBOARD=1 turns it on, on 127.0.0.1:8265). The caller's SIGTERM
+    handler stays in place: ray.init replaces it with one that exits at once."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if ray.is_initialized():
         return
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        import torch
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            _init_local(ray)
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
 
-        # SSAT_LOGICAL_CPUS/GPUS: what this local Ray declares instead of the machine's own (a CPU machine then
-        # schedules GPU shares as a GPU machine would: the CPU smoke of benchmarks/device_run.sh, tests)
-        cpus = int(os.environ.get("SSAT_LOGICAL_CPUS") or os.cpu_count())
-        gpus = float(os.environ.get("SSAT_LOGICAL_GPUS") or torch.cuda.device_count())
-        ray.init(address="local", num_cpus=cpus, num_gpus=gpus,
-                 include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+
+def dashboard_wanted() -> bool:
+    return os.environ.get("SSAT_RAY_DASHBOARD", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _init_local(ray) -> None:
+    import torch
+
+    # SSAT_LOGICAL_CPUS/GPUS: what this local Ray declares instead of the machine's own (a CPU machine then
+    # schedules GPU shares as a GPU machine would: the CPU smoke of benchmarks/device_run.sh, tests)
+    cpus = int(os.environ.get("SSAT_LOGICAL_CPUS") or os.cpu_count())
+    gpus = float(os.environ.get("SSAT_LOGICAL_GPUS") or torch.cuda.device_count())
+    with loopback_node():
+        ctx = ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=dashboard_wanted(),
+                 dashboard_host="127.0.0.1", _node_ip_address="127.0.0.1", log_to_driver=False,
                  _temp_dir=os.environ.get("SSAT_RAY_TMPDIR"))
+    if ctx.dashboard_url:
+        print(f"[ray] dashboard: http://{ctx.dashboard_url} (this machine only; from another one: "
+              "ssh -L 8265:127.0.0.1:8265 THIS_HOST, then http://127.0.0.1:8265)", flush=True)
+
+
+@contextlib.contextmanager
+def loopback_node():
+    """Inside: a local Ray started with the node address 127.0.0.1 keeps it. Ray 2.60's init swaps that address for
+    the machine's network one (`services.resolve_ip_for_localhost`), and then its GCS, raylet, workers and agents
+    listen on every interface; with 127.0.0.1 they all bind loopback (its servers test for that address)."""
+    from ray._private import services
+
+    resolve = services.resolve_ip_for_localhost
+    services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = resolve

@@ -15,17 +15,24 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ssat.config import brief
+
 from .errors import SpecError, check_keys
 
 DIST_KEYS = {"choice", "float", "int", "log", "when"}
+MAX_KEY = 200        # a dotted config key is a few dozen characters
+MAX_CHOICES = 1_000  # values of one choice
 
 
 def check_space(space: dict, path: str = "<spec>") -> None:
     seen: list[str] = []
     for key, dist in space.items():
+        if isinstance(key, str) and len(key) > MAX_KEY:
+            raise SpecError(f"{path}: search.space: a key of {len(key):,} characters ({brief(key)}); allowed: a dotted "
+                            f"config key of at most {MAX_KEY} characters")
         where = f"search.space.{key}"
         if not isinstance(key, str):
-            raise SpecError(f"{path}: {where}: expected a dotted config key such as 'method.beta', got {key!r}")
+            raise SpecError(f"{path}: {where}: expected a dotted config key such as 'method.beta', got {brief(key)}")
         if not isinstance(dist, dict):
             raise SpecError(f"{path}: {where}: expected {{choice: [...]}}, {{float: [lo, hi]}} or {{int: [lo, hi]}}")
         check_keys(dist, DIST_KEYS, path, f"{where}.")
@@ -35,19 +42,22 @@ def check_space(space: dict, path: str = "<spec>") -> None:
         kind, val = kinds[0], dist[kinds[0]]
         if kind == "choice":
             if not isinstance(val, list) or not val:
-                raise SpecError(f"{path}: {where}.choice: expected a non-empty list, got {val!r}")
+                raise SpecError(f"{path}: {where}.choice: expected a non-empty list, got {brief(val)}")
+            if len(val) > MAX_CHOICES:
+                raise SpecError(f"{path}: {where}.choice: {len(val):,} values; allowed: at most {MAX_CHOICES:,} (a "
+                                "limit no real search comes near)")
         else:
             num = int if kind == "int" else (int, float)
             if (not isinstance(val, list) or len(val) != 2 or not all(isinstance(v, num) and not isinstance(v, bool)
                                                                        for v in val) or val[0] >= val[1]):
-                raise SpecError(f"{path}: {where}.{kind}: {val!r}; allowed: [low, high] with low < high")
+                raise SpecError(f"{path}: {where}.{kind}: {brief(val)}; allowed: [low, high] with low < high")
             if dist.get("log") and val[0] <= 0:
                 raise SpecError(f"{path}: {where}: a log range needs low > 0, got {val[0]}")
         if not isinstance(dist.get("when") or {}, dict):
-            raise SpecError(f"{path}: {where}.when: {dist['when']!r}; expected {{earlier.key: [values]}}")
+            raise SpecError(f"{path}: {where}.when: {brief(dist['when'])}; expected {{earlier.key: [values]}}")
         for parent, allowed in (dist.get("when") or {}).items():
             if parent not in seen:
-                raise SpecError(f"{path}: {where}.when: {parent!r} must be a parameter listed before {key!r}")
+                raise SpecError(f"{path}: {where}.when: {brief(parent)} must be a parameter listed before {brief(key)}")
             if not isinstance(allowed, list) or not allowed:
                 raise SpecError(f"{path}: {where}.when.{parent}: expected a non-empty list of values")
         seen.append(key)

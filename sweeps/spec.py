@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from ssat.config import Config, ConfigError, from_dict, scale_epochs
+from ssat.config import MAX_EPOCHS, Config, ConfigError, brief, from_dict, scale_epochs
 from ssat.presets import preset
 
 from .errors import SpecError, check_keys
@@ -43,6 +44,14 @@ SPEC_KEYS = {"name", "preset", "table", "column_group", "overrides", "epochs", "
 SEARCH_KEYS = {"num_samples", "space", "early_stopping", "confirm", "sampler_seed"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 STAGES = ("grid", "search", "confirm", "demo")
+# Limits no real sweep comes near (the paper's largest spec runs a few hundred trials of at most 200 epochs), each
+# named in its error: past them a value is a mistake that would otherwise start a billion trials, or store megabytes
+# in every run's tags.
+MAX_TRIALS = 10_000        # trials of one stage: grid rows x seeds, search.num_samples, confirm top_k x seeds
+MAX_SEEDS = 1_000          # seeds of a list (seeds, search.confirm.seeds); epochs: ssat.config.MAX_EPOCHS
+MAX_TEXT = 200             # table, column_group, a row's label, a metric, a custom resource's name
+MAX_DESCRIPTION = 5_000
+MAX_SPEC_BYTES = 2**20     # a spec file
 
 
 @dataclass
@@ -83,7 +92,7 @@ class Spec:
         """Every grid trial (rows x seeds), validated. A row may name its own preset (Table 1's methods)."""
         out = []
         for row in self.grid:
-            where = f"grid row {row['row']!r}"
+            where = f"grid row {brief(row['row'])}"
             base = self.base if not row.get("preset") else self.bases[row["preset"]]
             for seed in self.seeds:
                 try:
@@ -92,7 +101,7 @@ class Spec:
                     if self.rescale:
                         cfg = from_dict(scale_epochs(cfg.to_dict(), self.rescale))
                 except ConfigError as exc:
-                    raise SpecError(f"spec {self.name!r}, {where}: {exc}") from None
+                    raise SpecError(f"spec {brief(self.name)}, {where}: {exc}") from None
                 out.append(Trial(cfg, row["row"], self.stage, seed, unscaled))
         return out
 
@@ -122,7 +131,7 @@ def _config(spec: Spec, overrides: dict, seed: int, where: str) -> Config:
     try:
         return from_dict(spec.base, {**overrides, "seed": seed})
     except ConfigError as exc:
-        raise SpecError(f"spec {spec.name!r}, {where}: {exc}") from None
+        raise SpecError(f"spec {brief(spec.name)}, {where}: {exc}") from None
 
 
 def _err(path: str, msg: str) -> SpecError:
@@ -143,7 +152,22 @@ def _int(value: Any, path: str, key: str, lo: int = 1, hi: int | None = None,
          allowed: str = "a positive integer") -> int:
     """`value` when it is an integer in lo..hi; else the spec error naming the key, the value and what is allowed."""
     if not _integer(value) or value < lo or (hi is not None and value > hi):
-        raise _err(path, f"{key}: {value!r}; allowed: {allowed}")
+        raise _err(path, f"{key}: {brief(value)}; allowed: {allowed}")
+    return value
+
+
+def _up_to(limit: int) -> str:
+    return f"a positive integer up to {limit:,}"
+
+
+def _text(value: Any, path: str, key: str, limit: int = MAX_TEXT) -> str:
+    """`value` when it is a string of at most `limit` characters; else the spec error naming the key and the limit
+    (and only an excerpt of the value)."""
+    if not isinstance(value, str):
+        raise _err(path, f"{key}: expected a string, got {brief(value)}")
+    if len(value) > limit:
+        raise _err(path, f"{key}: {len(value):,} characters ({brief(value)}); allowed: at most {limit:,} (a limit no "
+                         "real sweep comes near)")
     return value
 
 
@@ -152,12 +176,17 @@ def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise SpecError(f"{path}: no such spec file")
+    if path.is_file() and path.stat().st_size > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: {path.stat().st_size:,} bytes; allowed: a spec file of at most {MAX_SPEC_BYTES:,} "
+                        "bytes (a limit no real spec comes near)")
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: cannot be read as a YAML spec file ({exc})") from None
     try:
         data = yaml.safe_load(text)
+    except ValueError as exc:  # an integer past Python's 4,300 digits to text
+        raise SpecError(f"{path}: malformed YAML: {str(exc)[:120]}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -193,15 +222,16 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
     base = _base(pname, ep, overrides, path, "preset")
     seeds = _seeds(seeds if seeds is not None else raw.get("seeds", [0]), path)
     res = _resources(raw.get("resources") or {}, path, cpu_only, gpu_share)
-    mc = _int(max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1), path, "max_concurrent")
+    mc = _int(max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1), path, "max_concurrent",
+              hi=MAX_TRIALS, allowed=_up_to(MAX_TRIALS))
     metric, mode = _metrics(raw, path)
     stage = raw.get("stage", "search" if "search" in raw else "grid")
     if stage not in STAGES:
-        raise _err(path, f"stage: {stage!r}; allowed: {', '.join(STAGES)}")
+        raise _err(path, f"stage: {brief(stage)}; allowed: {', '.join(STAGES)}")
     for key in ("table", "column_group"):
-        if not isinstance(raw.get(key, ""), str):
-            raise _err(path, f"{key}: expected a string, got {raw[key]!r}")
-    _int(raw.get("expected_seeds", len(seeds)), path, "expected_seeds")
+        _text(raw.get(key, ""), path, key)
+    _text(str(raw.get("description", "")), path, "description", MAX_DESCRIPTION)  # YAML may give a date
+    _int(raw.get("expected_seeds", len(seeds)), path, "expected_seeds", hi=MAX_SEEDS, allowed=_up_to(MAX_SEEDS))
     spec = Spec(name=name, preset=pname, base=base, seeds=seeds, resources=res, max_concurrent=mc, metric=metric,
                 mode=mode, table=raw.get("table", ""), column_group=raw.get("column_group", ""), stage=stage,
                 source=raw, expected_seeds=int(raw.get("expected_seeds", len(seeds))))
@@ -220,10 +250,10 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
 
 def _name(name: Any, path: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise _err(path, f"name: {name!r}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
+        raise _err(path, f"name: {brief(name)}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
                          "and the MLflow experiment, so no '/' or '..')")
     if ".." in name:
-        raise _err(path, f"name: {name!r} contains '..'")
+        raise _err(path, f"name: {brief(name)} contains '..'")
     return name
 
 
@@ -231,7 +261,7 @@ def _overrides(raw: dict, path: str, sets: dict | None, data_root: str | None, c
     """The spec's overrides, then --set, --data-root and --cpu-only: dotted keys applied to every trial."""
     overrides = raw.get("overrides") or {}
     if not isinstance(overrides, dict):
-        raise _err(path, f"overrides: expected a mapping of dotted keys, got {overrides!r}")
+        raise _err(path, f"overrides: expected a mapping of dotted keys, got {brief(overrides)}")
     overrides = {**overrides, **(sets or {})}
     if data_root:
         overrides["data.root"] = data_root
@@ -242,16 +272,18 @@ def _overrides(raw: dict, path: str, sets: dict | None, data_root: str | None, c
 
 def _seeds(seeds: Any, path: str) -> list[int]:
     if not isinstance(seeds, list) or not seeds or not all(_integer(s) for s in seeds):
-        raise _err(path, f"seeds: {seeds!r}; allowed: a non-empty list of integers")
+        raise _err(path, f"seeds: {brief(seeds)}; allowed: a non-empty list of integers")
+    if len(seeds) > MAX_SEEDS:
+        raise _err(path, f"seeds: {len(seeds):,} of them; allowed: at most {MAX_SEEDS:,}")
     if len(set(seeds)) != len(seeds):
-        raise _err(path, f"seeds: {seeds!r} repeat")
+        raise _err(path, f"seeds: {brief(seeds)} repeat")
     return seeds
 
 
 def _rescale(spec: Spec, search: bool, epochs: Any, path: str) -> None:
     """--epochs: every trial's epoch numbers scaled from the spec's run (a search's base now: its samples apply
     to the rescaled base; grid trials are rescaled one by one in Spec.trials)."""
-    spec.rescale = _int(epochs, path, "--epochs")
+    spec.rescale = _int(epochs, path, "--epochs", hi=MAX_EPOCHS, allowed=_up_to(MAX_EPOCHS))
     if search:
         try:
             spec.base = from_dict(scale_epochs(spec.base, epochs)).to_dict()
@@ -262,6 +294,10 @@ def _rescale(spec: Spec, search: bool, epochs: Any, path: str) -> None:
 def _grid_rows(spec: Spec, grid: Any, rows: list[str] | None, epochs: Any, overrides: dict, path: str) -> None:
     """The grid's rows (those --rows names), their presets, and every row x seed validated before any compute."""
     spec.grid = _pick_rows(_grid(grid, path), rows, path)
+    n = len(spec.grid) * len(spec.seeds)
+    if n > MAX_TRIALS:
+        raise _err(path, f"grid: {len(spec.grid):,} rows x {len(spec.seeds):,} seeds = {n:,} trials; allowed: at most "
+                         f"{MAX_TRIALS:,} (a limit no real sweep comes near: split it into several sweeps)")
     for i, row in enumerate(spec.grid):
         if row.get("preset") and row["preset"] not in spec.bases:
             spec.bases[row["preset"]] = _base(row["preset"], epochs, overrides, path, f"grid[{i}].preset")
@@ -275,20 +311,20 @@ def _pick_rows(grid: list[dict], rows: list[str] | None, path: str) -> list[dict
     names = [r["row"] for r in grid]
     unknown = [r for r in rows if r not in names]
     if not rows or unknown:
-        raise _err(path, f"--rows: {unknown or rows!r} not rows of this grid; allowed: {', '.join(names)}")
+        raise _err(path, f"--rows: {brief(unknown or rows)} not rows of this grid; allowed: {', '.join(names)}")
     return [r for r in grid if r["row"] in rows]
 
 
 def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> dict:
     """preset -> epoch scaling -> overrides, validated: the nested config dict trials start from."""
     if not isinstance(pname, str):
-        raise _err(path, f"{where}: {pname!r}; expected the name of an ssat preset")
+        raise _err(path, f"{where}: {brief(pname)}; expected the name of an ssat preset")
     try:
         base = preset(pname)
     except KeyError as exc:
         raise _err(path, f"{where}: {exc.args[0]}") from None
     if epochs is not None:
-        _int(epochs, path, f"{where} {pname!r}: epochs")
+        _int(epochs, path, f"{where} {brief(pname)}: epochs", hi=MAX_EPOCHS, allowed=_up_to(MAX_EPOCHS))
     try:
         if epochs is not None:
             if "optim.lr_milestones" in overrides:  # set explicitly: nothing to scale (or to collide)
@@ -296,26 +332,29 @@ def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> di
             base = scale_epochs(base, epochs)
         return from_dict(base, overrides).to_dict()
     except ConfigError as exc:
-        raise _err(path, f"{where} {pname!r}: {exc}") from None
+        raise _err(path, f"{where} {brief(pname)}: {exc}") from None
 
 
 def _resources(res: Any, path: str, cpu_only: bool, gpu_share: float | None = None) -> dict:
     """resources, with --gpu-share (`gpu_share`) in place of resources.gpu when given."""
     if not isinstance(res, dict):
-        raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {res!r}")
+        raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {brief(res)}")
     check_keys(res, {"cpu", "gpu", "custom"}, path, "resources.")
     cpu, gpu = res.get("cpu", 1), res.get("gpu", 0) if gpu_share is None else gpu_share
     gpu_field = "resources.gpu" if gpu_share is None else "--gpu-share"
     custom = res.get("custom") or {}
+    for name in custom if isinstance(custom, dict) else ():
+        if isinstance(name, str):  # other keys are refused below
+            _text(name, path, "resources.custom")
     if not isinstance(custom, dict) or not all(
             isinstance(k, str) and k and _number(v) and 0 < v < float("inf")
             for k, v in custom.items()):
-        raise _err(path, f"resources.custom: {custom!r}; allowed: a mapping of Ray custom resource names to amounts "
-                         "> 0 (e.g. {worker_node: 1} pins trials to nodes started with that resource)")
+        raise _err(path, f"resources.custom: {brief(custom)}; allowed: a mapping of Ray custom resource names to "
+                         "amounts > 0 (e.g. {worker_node: 1} pins trials to nodes started with that resource)")
     if not _number(cpu) or not 0 < cpu < float("inf"):
-        raise _err(path, f"resources.cpu: {cpu!r}; allowed: a number > 0")
+        raise _err(path, f"resources.cpu: {brief(cpu)}; allowed: a number > 0")
     if not _number(gpu) or not 0 <= gpu <= 1:
-        raise _err(path, f"{gpu_field}: {gpu!r}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
+        raise _err(path, f"{gpu_field}: {brief(gpu)}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
                          "trials per GPU); a trial never spans several GPUs")
     return {"cpu": cpu, "gpu": 0 if cpu_only else gpu, **({"custom_resources": dict(custom)} if custom else {})}
 
@@ -325,13 +364,14 @@ def _metrics(raw: dict, path: str) -> tuple[list[str], list[str]]:
     metric = [metric] if isinstance(metric, str) else metric
     mode = [mode] if isinstance(mode, str) else mode
     if not isinstance(metric, list) or not 1 <= len(metric) <= 2 or not all(isinstance(m, str) for m in metric):
-        raise _err(path, f"metric: {raw.get('metric')!r}; allowed: a metric name or a list of two")
+        raise _err(path, f"metric: {brief(raw.get('metric'))}; allowed: a metric name or a list of two")
     if not isinstance(mode, list) or len(mode) != len(metric) or any(m not in ("max", "min") for m in mode):
-        raise _err(path, f"mode: {raw.get('mode')!r}; allowed: 'max' or 'min', one per metric")
+        raise _err(path, f"mode: {brief(raw.get('mode'))}; allowed: 'max' or 'min', one per metric")
     known = ("val/", "train/", "adv/", "sched/", "perf/", "test/")
     for m in metric:
+        _text(m, path, "metric")
         if not m.startswith(known):
-            raise _err(path, f"metric: {m!r} is not a metric the trainer reports; e.g. val/pgd10, val/clean")
+            raise _err(path, f"metric: {brief(m)} is not a metric the trainer reports; e.g. val/pgd10, val/clean")
     return metric, mode
 
 
@@ -344,17 +384,17 @@ def _grid(grid: Any, path: str) -> list[dict]:
     rows, labels = [], set()
     for i, row in enumerate(grid):
         if not isinstance(row, dict):
-            raise _err(path, f"grid[{i}]: expected a mapping with 'row' and 'set', got {row!r}")
+            raise _err(path, f"grid[{i}]: expected a mapping with 'row' and 'set', got {brief(row)}")
         check_keys(row, {"row", "set", "preset"}, path, f"grid[{i}].")
         if row.get("preset") is not None and not isinstance(row["preset"], str):
-            raise _err(path, f"grid[{i}].preset: {row['preset']!r}; expected the name of an ssat preset")
-        label = str(row.get("row", i))
+            raise _err(path, f"grid[{i}].preset: {brief(row['preset'])}; expected the name of an ssat preset")
+        label = _text(str(row.get("row", i)), path, f"grid[{i}].row")
         if label in labels:
-            raise _err(path, f"grid[{i}].row: {label!r} repeats")
+            raise _err(path, f"grid[{i}].row: {brief(label)} repeats")
         labels.add(label)
         sets = row.get("set") or {}
         if not isinstance(sets, dict):
-            raise _err(path, f"grid[{i}].set: expected a mapping of dotted keys, got {sets!r}")
+            raise _err(path, f"grid[{i}].set: expected a mapping of dotted keys, got {brief(sets)}")
         rows.append({"row": label, "set": sets, "preset": row.get("preset")})
     return rows
 
@@ -364,7 +404,11 @@ def _product(prod: Any, path: str) -> list[dict]:
 
     if (not isinstance(prod, dict) or not prod or not all(isinstance(v, list) and v for v in prod.values())
             or not all(isinstance(k, str) for k in prod)):
-        raise _err(path, f"grid.product: {prod!r}; expected {{dotted.key: [values, ...]}}")
+        raise _err(path, f"grid.product: {brief(prod)}; expected {{dotted.key: [values, ...]}}")
+    n = math.prod(len(v) for v in prod.values())
+    if n > MAX_TRIALS:  # before the rows are made
+        raise _err(path, f"grid.product: {n:,} combinations; allowed: at most {MAX_TRIALS:,} rows (a limit no real "
+                         "sweep comes near)")
     keys = list(prod)
     rows = []
     for combo in itertools.product(*(prod[k] for k in keys)):
@@ -377,7 +421,9 @@ def _search(search: Any, path: str, spec: Spec) -> dict:
     if not isinstance(search, dict):
         raise _err(path, "search: expected a mapping with num_samples, space, confirm")
     check_keys(search, SEARCH_KEYS, path, "search.")
-    n = _int(search.get("num_samples", 10), path, "search.num_samples")
+    n = _int(search.get("num_samples", 10), path, "search.num_samples", hi=MAX_TRIALS,
+             allowed=_up_to(MAX_TRIALS) + " (a limit no real search comes near: split a larger one into several "
+                                          "sweeps)")
     space = search.get("space")
     if not isinstance(space, dict) or not space:
         raise _err(path, "search.space: expected a mapping {dotted.key: {choice|float|int: ...}}")
@@ -386,7 +432,7 @@ def _search(search: Any, path: str, spec: Spec) -> dict:
     check_space(space, path)
     for key, dist in space.items():
         if "float" in dist and _int_field(key):
-            raise _err(path, f"search.space.{key}.float: {dist['float']!r}; {key} takes integers, so use "
+            raise _err(path, f"search.space.{key}.float: {brief(dist['float'])}; {key} takes integers, so use "
                              f"{{int: [low, high]}} (a float range would sample values like 2.5)")
     for sampled in corner_configs(space):
         spec.config_for(sampled, spec.seeds[0])  # every choice value validates on the base config
@@ -413,7 +459,7 @@ def _early_stopping(es: Any, path: str, spec: Spec, space: dict) -> dict | None:
                       "are not comparable)")
     rf = es.get("reduction_factor", 3)
     if not _number(rf) or not 1 < rf < float("inf"):
-        raise _err(path, f"search.early_stopping.reduction_factor: {rf!r}; allowed: a number > 1 (ASHA keeps "
+        raise _err(path, f"search.early_stopping.reduction_factor: {brief(rf)}; allowed: a number > 1 (ASHA keeps "
                          "1/reduction_factor of the trials at each rung)")
     return {"grace_period": gp, "reduction_factor": rf}
 
@@ -424,10 +470,13 @@ def _confirm(confirm: Any, path: str, spec: Spec) -> dict:
         raise _err(path, "search.confirm: expected {top_k: K, seeds: [...]}")
     check_keys(confirm, {"top_k", "seeds"}, path, "search.confirm.")
     top_k, cseeds = confirm.get("top_k", 3), confirm.get("seeds", [100, 101, 102])
-    _int(top_k, path, "search.confirm.top_k")
+    _int(top_k, path, "search.confirm.top_k", hi=MAX_TRIALS, allowed=_up_to(MAX_TRIALS))
+    if isinstance(cseeds, list) and top_k * len(cseeds) > MAX_TRIALS:
+        raise _err(path, f"search.confirm: top_k {top_k:,} x {len(cseeds):,} seeds = {top_k * len(cseeds):,} trials; "
+                         f"allowed: at most {MAX_TRIALS:,}")
     if (not isinstance(cseeds, list) or not cseeds or not all(_integer(s) for s in cseeds)
             or len(set(cseeds)) != len(cseeds) or set(cseeds) & set(spec.seeds)):
-        raise _err(path, f"search.confirm.seeds: {cseeds!r}; allowed: a non-empty list of fresh seeds (not among "
+        raise _err(path, f"search.confirm.seeds: {brief(cseeds)}; allowed: a non-empty list of fresh seeds (not among "
                          f"the search seeds {spec.seeds})")
     return {"top_k": top_k, "seeds": cseeds}
 

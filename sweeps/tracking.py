@@ -13,6 +13,8 @@ logged step are skipped, final metrics and their protocol tags are logged once.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -125,9 +127,52 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
                                       "pass --tracking-uri / MLFLOW_TRACKING_URI of a running one") from None
         return
     try:  # a SQLite file's folders are made by MLflow
-        MlflowClient(uri).search_experiments()
+        with creating_store(uri):
+            MlflowClient(uri).search_experiments()
     except Exception as exc:
-        raise TrackingUnavailable(f"MLflow store {uri} cannot be used: {exc}") from None
+        raise TrackingUnavailable(f"MLflow store {uri} cannot be used: {str(exc)[:500]}") from None
+
+
+PG_LOCK_KEY = 3_200_320_032  # the PostgreSQL advisory lock a new store is created under (any number this project owns)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a `sqlite:///` store (None: another store, or SQLite in memory)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+@contextlib.contextmanager
+def creating_store(uri: str):
+    """Held while a driver first opens the store: MLflow creates and migrates a new store's tables with no guard
+    against another process doing the same at that moment, and two sweeps started together on a new store then
+    fail (`duplicate column name: step`, `Online migration expected to match one row`). A SQLite store is created
+    under an flock on its own file (made empty if missing, as SQLite would; flock and SQLite's fcntl locks do not
+    meet on a local disk, and no transaction is open when it is released); a PostgreSQL one under a PostgreSQL
+    advisory lock (which also holds between drivers on different hosts). The second opener finds the tables made."""
+    db = sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with open(db, "ab") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+            yield
+    elif uri.startswith("postgresql"):
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": PG_LOCK_KEY})
+                try:
+                    yield
+                finally:
+                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
+        finally:
+            engine.dispose()
+    else:
+        yield
 
 
 def flat_str(v: Any) -> str:
@@ -151,6 +196,7 @@ class Tracker:
         self.last_step: dict[str, int] = {}  # key -> last logged epoch
         self._exp_id: str | None = None
         self._warned = False
+        self._journal_failing = False
         self._next_try = 0.0
         if self.spool:
             self._adopt()
@@ -168,17 +214,29 @@ class Tracker:
                 except json.JSONDecodeError:  # the last line of a driver that died mid-write (power loss)
                     self.log(f"[tracking] skipped a torn line of {f.name}: {line[:80]}")
         if found:
-            self._journal(self.queue)  # ours first, then theirs go: a kill in between only duplicates
-            for f in found:
-                f.unlink(missing_ok=True)
+            if self._journal(self.queue):  # ours first, then theirs go: a kill in between only duplicates
+                for f in found:
+                    f.unlink(missing_ok=True)
             self.log(f"[tracking] adopted {len(self.queue)} operation(s) left unsent by an earlier driver "
                      f"({', '.join(f.name for f in found)})")
 
-    def _journal(self, ops: list[dict]) -> None:
-        if self.journal and ops:
+    def _journal(self, ops: list[dict]) -> bool:
+        """Append to the journal; a journal that cannot be written (a full disk) is said once, and the operations
+        stay queued in memory: a driver killed now would lose them, one that stops sends or spools them."""
+        if not (self.journal and ops):
+            return True
+        try:
             self.journal.parent.mkdir(parents=True, exist_ok=True)
             with open(self.journal, "a") as f:
                 f.write("".join(json.dumps(op) + "\n" for op in ops))
+        except OSError as exc:
+            if not self._journal_failing:
+                self.log(f"[tracking] cannot write the journal {self.journal} ({exc.strerror or exc}); operations "
+                         "are kept in memory")
+            self._journal_failing = True
+            return False
+        self._journal_failing = False
+        return True
 
     # ---- ids -----------------------------------------------------------------------------------
     @property
@@ -327,7 +385,8 @@ class Tracker:
                 self.log("[tracking] store reachable again; queued operations sent")
                 self._warned = False
         if self.journal:
-            self.journal.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # never there when it could not be written
+                self.journal.unlink(missing_ok=True)
         return True
 
     def flush(self, timeout: float, interval: float = 2.0) -> bool:

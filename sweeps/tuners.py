@@ -6,7 +6,6 @@ the trials reached is judged in `sweeps.outcomes`.
 """
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from pathlib import Path
@@ -43,24 +42,6 @@ def _reuse_actors() -> bool:
     return os.environ.get("SSAT_REUSE_ACTORS", "1") != "0"
 
 
-class QuietRefusedRestores(logging.Filter):
-    """Tune logs each failed trial task with its traceback, on every retry. A restore refused for want of an intact
-    checkpoint (`sweeps.trainable.NoIntactCheckpoint`) fails the same way each time: the tracking callback says it
-    in one line instead, and the traceback stays in the trial's log and Ray's error file."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from .trainable import NoIntactCheckpoint
-
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, NoIntactCheckpoint) or isinstance(getattr(exc, "cause", None), NoIntactCheckpoint))
-
-
-def _quiet_refused_restores() -> None:
-    log = logging.getLogger("ray.tune.execution.tune_controller")  # where Tune logs "Trial task failed ..."
-    if not any(isinstance(f, QuietRefusedRestores) for f in log.filters):
-        log.addFilter(QuietRefusedRestores())
-
-
 def _trainable(spec: Spec):
     """The trainable of every stage, new or restored: `SweepTrainable` (train_trial with a restore that checks the
     checkpoint in storage first) with the spec's resources."""
@@ -68,7 +49,6 @@ def _trainable(spec: Spec):
 
     from .trainable import SweepTrainable
 
-    _quiet_refused_restores()
     return tune.with_resources(SweepTrainable, spec.resources)
 
 

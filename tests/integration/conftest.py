@@ -14,8 +14,11 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 def ray_local():
     import ray
 
-    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
-             log_to_driver=False)
+    from sweeps.resources import loopback_node
+
+    with loopback_node():  # every Ray process on 127.0.0.1, as a sweep's own local Ray
+        ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 log_to_driver=False)
     yield ray
     ray.shutdown()
 

@@ -15,86 +15,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
+
+from real_driver import (NAME, SMOKE, assert_finished_unharmed, assert_no_traceback, cli, paused_trials,
+                         start_driver)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
-ROOT = Path(__file__).resolve().parents[2]
-SMOKE = "sweeps/specs/mnist5k-smoke.yaml"
-NAME = "mnist5k-smoke"
-
-
-@pytest.fixture(scope="module")
-def teachers(tmp_path_factory):
-    return tmp_path_factory.mktemp("teachers")  # the smoke split's teacher, trained by the first driver only
-
-
-@pytest.fixture
-def sweep(tmp_path, teachers):
-    """(work folder, environment) of one sweep; afterwards every process its Ray sessions left is ended by pid."""
-    rtmp = tempfile.mkdtemp(prefix="rl", dir="/tmp")  # short: Ray's socket paths have a length limit
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT), "SSAT_RAY_TMPDIR": rtmp,
-           "SSAT_TEACHER_DIR": str(teachers), "SSAT_FAULT": "pause@2:1", "SSAT_FAULT_ONCE_DIR": str(tmp_path / "once"),
-           "SSAT_TRACKING_FLUSH_S": "20"}
-    yield tmp_path, env
-    from sweeps.driver_lock import leftover_ray_processes
-
-    for session in Path(rtmp).glob("session_2*"):
-        for pid, _ in leftover_ray_processes(str(session)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def cli(env: dict, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeps", *argv], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def start_driver(work: Path, env: dict) -> subprocess.Popen:
-    log = open(work / "driver.log", "wb")
-    return subprocess.Popen([sys.executable, "-m", "sweeps", "run", SMOKE, "--epochs", "2", "--workdir", str(work)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def paused_trials(work: Path, driver: subprocess.Popen, timeout: float = 480) -> list[int]:
-    """The pids of the trial processes once both trials are paused in epoch 2 (their fault markers name them)."""
-    once, deadline = work / "once", time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert driver.poll() is None, (work / "driver.log").read_text()[-3000:]
-        markers = sorted(once.glob("pause@2_1-*")) if once.exists() else []
-        if len(markers) == 2:
-            time.sleep(1)  # the pause starts right after its marker is written
-            return [int(m.read_text().split(" pid ")[1]) for m in markers]
-        time.sleep(1)
-    raise AssertionError("the trials never paused:\n" + (work / "driver.log").read_text()[-3000:])
-
-
-def assert_finished_unharmed(work: Path) -> None:
-    uri = f"sqlite:///{work / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name(NAME)
-    runs = client.search_runs([exp.experiment_id], max_results=100)
-    kinds = sorted(r.data.tags.get("ssat.kind") for r in runs)
-    assert kinds == ["sweep", "teacher", "trial", "trial"] or kinds == ["sweep", "trial", "trial"], kinds
-    for r in runs:
-        assert r.info.status == "FINISHED", (r.data.tags.get("ssat.key"), r.info.status, r.data.tags.get("ssat.status"))
-        if r.data.tags.get("ssat.kind") == "trial":
-            assert r.data.tags["ssat.status"] == "FINISHED"
-            for key in ("val/pgd10", "train/loss"):
-                assert [m.step for m in client.get_metric_history(r.info.run_id, key)] == [1, 2], (key, r.data.tags)
-            assert "test/best/clean" in r.data.metrics
-    state = json.loads((work / "runs" / "sweeps" / NAME / "sweep.json").read_text())
-    assert state["status"] == "done" and state["phases"] == {"grid": "done"}, state
-    assert not (work / "runs" / "sweeps" / NAME / "driver.lock").exists()
 
 
 def test_a_second_driver_is_refused_while_the_first_runs_and_the_first_finishes(sweep):
@@ -135,6 +64,15 @@ def test_a_second_driver_is_refused_while_the_first_runs_and_the_first_finishes(
             driver.wait()
     out = (work / "driver.log").read_text()
     assert f"sweep {NAME} finished; runs in" in out and "[stage] grid: 2/2 trials finished" in out, out[-3000:]
+    # each killed trial is one console line (which trial, which attempt, why); Ray's notice and traceback are in
+    # the sweep's log
+    retried = sorted(ln.split(": attempt")[0] for ln in out.splitlines()
+                     if ": attempt 2 of 3, after epoch 1: its worker process died (ActorDiedError); it resumes from "
+                        "its last checkpoint (details: " in ln)
+    assert retried == ["[sweep] const|on seed 0", "[sweep] curious|on seed 0"], out[-3000:]
+    assert_no_traceback(out)
+    log = (work / "runs" / "sweeps" / NAME / "sweep.log").read_text()
+    assert log.count("Trial task failed for trial") == 2 and "ActorDiedError" in log and "A worker died" in log
     assert_finished_unharmed(work)
     print(f"resume refused in {refused_s:.1f} s")
 

@@ -238,9 +238,16 @@ CASES = [
     ("epochs-t-beyond-after-scaling", lambda e: from_dict(scale_epochs(preset("mnist5k-ssat-mbi"), 5),
                                                           {"attack.t": 7}), CE,
      [r"attack\.t", r"\b7\b", r"optim\.epochs \(5\)"]),
-    ("epochs-zero", lambda e: scale_epochs(preset("mnist5k-ssat-mbi"), 0), CE, [r"--epochs", r"\b0\b", r">= 1"]),
+    ("epochs-zero", lambda e: scale_epochs(preset("mnist5k-ssat-mbi"), 0), CE,
+     [r"--epochs", r"\b0\b", r"positive integer up to 10,000"]),
     ("epochs-absurd", lambda e: scale_epochs(preset("mnist5k-ssat-mbi"), 10**400), CE,
-     [r"--epochs", r"10000", r"positive integer"]),
+     [r"--epochs: 10000", r"\.\.\. \(401 characters\)", r"positive integer up to 10,000"]),
+    ("epochs-past-python-int-text", lambda e: scale_epochs(preset("mnist5k-ssat-mbi"), 10**5000), CE,
+     [r"--epochs: an integer of 16,610 bits", r"up to 10,000"]),
+    ("cfg-epochs-huge", lambda e: cfg(**{"optim.epochs": 20_000}), CE,
+     [r"optim\.epochs: 20000", r"allowed: 1\.\.10,000"]),
+    ("cfg-string-huge", lambda e: cfg(**{"data.root": "/d" * 3000}), CE,
+     [r"data\.root: 6,000 characters \('/d/d", r"\.\.\. \(6,002 characters\)\)", r"at most 4,096"]),
     # spec: keys, names (no escaping the folder), presets, resources, grid, search
     ("spec-not-a-mapping", lambda e: parse_spec([GRID]), SE, [r"expected a mapping", r"list"]),
     ("spec-unknown-key", lambda e: parse_spec(spec(seed=[0])), SE,
@@ -304,6 +311,44 @@ CASES = [
      [r"search\.confirm\.seeds", r"\[0, 5\]", r"fresh seeds"]),
     ("spec-sampler-seed", lambda e: parse_spec(search(sampler_seed="x")), SE,
      [r"search\.sampler_seed", r"'x'", r"integer"]),
+    # sizes: bounds no real sweep reaches, named in the error (issue 32)
+    ("spec-num-samples-huge", lambda e: parse_spec(search(num_samples=10**9)), SE,
+     [r"search\.num_samples: 1000000000", r"positive integer up to 10,000", r"split a larger one"]),
+    ("spec-grid-too-many-trials", lambda e: parse_spec(spec(seeds=list(range(101)),
+                                                            grid=[{"row": str(i)} for i in range(100)])), SE,
+     [r"grid: 100 rows x 101 seeds = 10,100 trials", r"at most 10,000"]),
+    ("spec-product-huge", lambda e: parse_spec(spec(grid={"product": {
+        "method.beta": [0.5] * 1000, "method.tau": [1.0] * 1000, "attack.t": [1] * 1000}})), SE,
+     [r"grid\.product: 1,000,000,000 combinations", r"at most 10,000 rows"]),
+    ("spec-seeds-too-many", lambda e: parse_spec(spec(seeds=list(range(1001)))), SE,
+     [r"seeds: 1,001 of them", r"at most 1,000"]),
+    ("spec-epochs-huge", lambda e: parse_spec(spec(epochs=10**6)), SE,
+     [r"preset 'mnist5k-ssat-mbi': epochs: 1000000", r"positive integer up to 10,000"]),
+    ("spec-confirm-too-many", lambda e: parse_spec(search(confirm={"top_k": 100, "seeds": list(range(100, 201))})),
+     SE, [r"search\.confirm: top_k 100 x 101 seeds = 10,100 trials", r"at most 10,000"]),
+    ("spec-max-concurrent-huge", lambda e: parse_spec(spec(max_concurrent=10**6)), SE,
+     [r"max_concurrent: 1000000", r"up to 10,000"]),
+    ("spec-column-group-long", lambda e: parse_spec(spec(column_group="c" * 201)), SE,
+     [r"column_group: 201 characters", r"at most 200"]),
+    ("spec-table-not-text", lambda e: parse_spec(spec(table=["x"])), SE, [r"table: expected a string, got \['x'\]"]),
+    ("spec-row-label-long", lambda e: parse_spec(spec(grid=[{"row": "r" * 300}])), SE,
+     [r"grid\[0\]\.row: 300 characters", r"at most 200"]),
+    ("spec-metric-long", lambda e: parse_spec(spec(metric="val/" + "m" * 300)), SE,
+     [r"metric: 304 characters", r"at most 200"]),
+    ("spec-description-long", lambda e: parse_spec(spec(description="d" * 5001)), SE,
+     [r"description: 5,001 characters", r"at most 5,000"]),
+    ("spec-custom-resource-long", lambda e: parse_spec(spec(resources={"custom": {"n" * 201: 1}})), SE,
+     [r"resources\.custom: 201 characters", r"at most 200"]),
+    ("spec-space-key-long", lambda e: parse_spec(search(space={"k" * 201: {"float": [0, 1]}})), SE,
+     [r"search\.space: a key of 201 characters", r"at most 200 characters", r"'k{119}\.\.\. \(203 characters\)"]),
+    ("spec-space-choices-many", lambda e: parse_spec(search(space={"method.beta": {"choice": [0.5] * 1001}})), SE,
+     [r"search\.space\.method\.beta\.choice: 1,001 values", r"at most 1,000"]),
+    ("yaml-file-huge", lambda e: load_spec(write(e, "huge.yaml", GOOD_YAML + "#" * 2**20)), SE,
+     [r"huge\.yaml: 1,048,\d+ bytes", r"at most 1,048,576 bytes"]),
+    ("yaml-int-past-python-text", lambda e: load_spec(write(e, "int.yaml", GOOD_YAML + "max_concurrent: " + "9" * 5000)),
+     SE, [r"int\.yaml: malformed YAML", r"4300 digits"]),
+    ("cli-epochs-huge", lambda e: run_cli(e, "--epochs", "100000"), CliExit,
+     [r"--epochs: 100000", r"positive integer up to 10,000"]),
     # YAML files: line numbers, safe loader, unreadable files
     ("yaml-malformed-line", lambda e: load_spec(write(e, "bad.yaml", "name: x\npreset: p\ngrid:\n  - {row: a\n")), SE,
      [r"bad\.yaml", r"malformed YAML", r"line 5"]),
@@ -444,3 +489,27 @@ def test_bad_input_gets_a_clear_error(trigger, exc_type, fragments, tmp_path, ca
 def test_table_size():
     assert len(CASES) >= 35
     assert len({c[0] for c in CASES}) == len(CASES)
+
+
+HUGE = "x" * 1_000_000  # a user once gave a 10 MB --name, and the error printed all of it
+
+
+@pytest.mark.parametrize("trigger, field", [
+    (lambda e: run_cli(e, "--name", HUGE), "--name"),
+    (lambda e: run_cli(e, "--set", f"data.root={HUGE}"), "data.root"),
+    (lambda e: run_cli(e, "--set", f"attack.schedule={HUGE}"), "attack.schedule"),
+    (lambda e: run_cli(e, "--set", f"{HUGE}=1"), "unknown key"),
+    (lambda e: run_cli(e, "--rows", HUGE), "--rows"),
+    (lambda e: parse_spec(spec(preset=HUGE)), "preset"),
+    (lambda e: parse_spec(spec(column_group=HUGE)), "column_group"),
+    (lambda e: parse_spec(spec(seeds=[HUGE])), "seeds"),
+    (lambda e: parse_spec(spec(grid=[{"row": "a", "set": {HUGE: 1}}])), "unknown key"),
+    (lambda e: parse_spec(search(space={"method.beta": {"choice": [HUGE]}})), "method.beta"),
+    (lambda e: parse_spec(spec(**{HUGE: 1})), "unknown key"),
+], ids=["cli-name", "cli-set-path", "cli-set-choice", "cli-set-key", "cli-rows", "preset", "column-group", "seeds",
+        "grid-key", "space-choice", "spec-key"])
+def test_an_error_quotes_only_an_excerpt_of_a_huge_value(trigger, field, tmp_path, capsys, monkeypatch):
+    with pytest.raises((CliExit, ConfigError)) as info:
+        trigger(Env(tmp_path, capsys, monkeypatch, []))
+    msg = str(info.value)
+    assert field in msg and "1,000,0" in msg and "x" * 121 not in msg, msg[:2000]  # a 120-character excerpt

@@ -4,12 +4,10 @@ runs it all on a real Ray and MLflow)."""
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import ray.exceptions
 import torch
 from ray import cloudpickle, tune
 from ray.train import Checkpoint, CheckpointConfig
@@ -186,20 +184,6 @@ def test_tune_fails_deleting_a_gone_checkpoint_unless_it_is_forgotten_first(tmp_
     register(m, 3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c2", "c3"]
     assert forget_gone_checkpoints(trial) == 0 and forget_gone_checkpoints(SimpleNamespace()) == 0
-
-
-def test_tune_logs_no_traceback_for_a_refused_restore_and_others_still():
-    tuners._quiet_refused_restores()
-    tuners._quiet_refused_restores()  # once, however many stages
-    log = logging.getLogger("ray.tune.execution.tune_controller")
-    assert sum(isinstance(f, tuners.QuietRefusedRestores) for f in log.filters) == 1
-    refused = ray.exceptions.RayTaskError("restore", "Traceback ...", NoIntactCheckpoint("x")).as_instanceof_cause()
-    other = ray.exceptions.RayTaskError("train", "Traceback ...", ValueError("y")).as_instanceof_cause()
-
-    def record(exc):
-        return logging.LogRecord(log.name, logging.ERROR, __file__, 1, "Trial task failed for trial %s", ("t",),
-                                 (type(exc), exc, None))
-    assert not log.filter(record(refused)) and log.filter(record(other))
 
 
 def test_rerun_failed_restarts_errored_trials_instead_of_resuming_them(monkeypatch, tmp_path):

@@ -142,7 +142,7 @@ def test_no_mlflow_server_on_the_head_fails(tmp_path):
 
 @pytest.mark.parametrize("key", ["head_start_ray_commands", "worker_start_ray_commands"])
 def test_missing_ray_auth_mode_fails(tmp_path, key):
-    cfg = replace_in_commands(load(AWS), key, "export RAY_AUTH_MODE=disabled;", "")
+    cfg = replace_in_commands(load(AWS), key, "export RAY_AUTH_MODE=token;", "")
     assert_caught(problems_of(cfg, tmp_path), key, "without RAY_AUTH_MODE")
 
 
@@ -152,10 +152,25 @@ def test_default_start_commands_lack_ray_auth_mode(tmp_path):
     assert_caught(problems_of(cfg, tmp_path), "without RAY_AUTH_MODE")
 
 
+@pytest.mark.parametrize("token_file", ["", "--auth-token-file /mnt/efs/ssat/other_token"])
+def test_token_auth_needs_one_token_file_on_every_node(tmp_path, token_file):
+    cfg = replace_in_commands(load(AWS), "worker_setup_commands", "--auth-token-file /mnt/efs/ssat/ray/auth_token",
+                              token_file)
+    assert_caught(problems_of(cfg, tmp_path), "every setup_node.sh needs the same --auth-token-file")
+
+
+def test_the_cloud_cluster_runs_with_token_auth():
+    cfg = load(AWS)
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        assert all("RAY_AUTH_MODE=token" in c for c in cfg[key] if re.search(r"\bray (start|stop)\b", c)), key
+    for key in ("head_setup_commands", "worker_setup_commands"):
+        assert "--auth-mode token --auth-token-file /mnt/efs/ssat/ray/auth_token" in " ".join(cfg[key]), key
+
+
 def test_bad_or_mixed_ray_auth_modes_fail(tmp_path):
-    cfg = replace_in_commands(load(AWS), "worker_start_ray_commands", "RAY_AUTH_MODE=disabled", "RAY_AUTH_MODE=token")
+    cfg = replace_in_commands(load(AWS), "worker_start_ray_commands", "RAY_AUTH_MODE=token", "RAY_AUTH_MODE=disabled")
     assert_caught(problems_of(cfg, tmp_path), "different RAY_AUTH_MODE values")
-    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "RAY_AUTH_MODE=disabled", "RAY_AUTH_MODE=off")
+    cfg = replace_in_commands(load(AWS), "head_start_ray_commands", "RAY_AUTH_MODE=token", "RAY_AUTH_MODE=off")
     assert_caught(problems_of(cfg, tmp_path), "RAY_AUTH_MODE='off'")
 
 

@@ -130,6 +130,25 @@ def test_ctrl_c_becomes_tunes_stop_signal_inside_a_stage_and_keyboardinterrupt_o
         signal.signal(signal.SIGUSR1, old_usr1)
 
 
+@pytest.mark.parametrize("sig, cause", [(signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
+def test_sigterm_and_sighup_stop_a_sweep_as_ctrl_c_does_and_say_which(sig, cause):
+    got = []
+    old_usr1 = signal.signal(signal.SIGUSR1, lambda s, f: got.append("usr1"))
+    before = signal.getsignal(sig)
+    try:
+        stop = Interrupt()
+        with stop.installed(), stop.tune_stage():
+            os.kill(os.getpid(), sig)
+            assert (stop.cause, got) == (cause, ["usr1"])
+            os.kill(os.getpid(), signal.SIGINT)  # a later Ctrl+C hurries it, and the first cause stays
+            pytest.fail("a second stop signal must raise KeyboardInterrupt")
+    except KeyboardInterrupt:
+        assert stop.cause == cause and got == ["usr1"]
+    finally:
+        signal.signal(signal.SIGUSR1, old_usr1)
+    assert signal.getsignal(sig) is before
+
+
 def test_sweep_state_round_trips_and_reads_the_old_format(tmp_path):
     paths = sweep_paths(tmp_path, "s")
     paths.sweep_dir.mkdir(parents=True)

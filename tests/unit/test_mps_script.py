@@ -347,3 +347,22 @@ def test_setup_node_refuses_a_bad_mps_value(node):
                           "--data-root", "/x", "--storage-path", "/x", "--mps", "on"],
                          env=node.env, capture_output=True, text=True, timeout=30)
     assert bad.returncode == 1 and "--mps on; allowed: auto" in bad.stderr
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "python").exists(), reason="needs the project's venv")
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a real GPU node: the node check would test it")
+def test_setup_node_makes_rays_token_once_on_the_head_and_every_login_shell_uses_it(node):
+    token = node.root / "storage" / "ray" / "auth_token"
+    done = setup(node, "--gpu", "none", "--auth-mode", "token", "--auth-token-file", str(token))
+    assert done.returncode == 0, done.stderr[-2000:]
+    made = token.read_text()
+    assert len(made) == 64 and int(made, 16) and (token.stat().st_mode & 0o777) == 0o600
+    assert login_shell_sees(node, "RAY_AUTH_MODE") == "token"
+    assert login_shell_sees(node, "RAY_AUTH_TOKEN_PATH") == str(token)
+    # a worker reads the head's token; with none there it refuses before Ray could start
+    worker = setup(node, "--role", "worker", "--gpu", "none", "--auth-mode", "token", "--auth-token-file",
+                   str(node.root / "elsewhere"))
+    assert worker.returncode == 1 and f"--auth-token-file {node.root / 'elsewhere'}: no token there" in worker.stderr
+    assert token.read_text() == made
+    mixed = setup(node, "--auth-token-file", str(token))  # with --auth-mode disabled
+    assert mixed.returncode == 1 and "--auth-token-file goes with --auth-mode token" in mixed.stderr

@@ -116,3 +116,42 @@ def test_a_log_on_another_node_is_skipped(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(progress.time, "perf_counter", lambda: 1e9)
     cb.on_step_begin(0, [a])  # no such file here: nothing printed, nothing raised
     assert "final" not in capsys.readouterr().out
+
+
+def test_a_retried_trial_is_one_line_naming_it_the_attempt_the_epoch_and_why():
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    died = progress.failure_reason(ActorDiedError())
+    assert died == "its worker process died (ActorDiedError)"
+    raised = RayTaskError("train", "Traceback (most recent call last):\n  ...", OSError(28, "No space left on device"))
+    assert progress.failure_reason(raised.as_instanceof_cause()) == "OSError: [Errno 28] No space left on device"
+    assert progress.failure_reason(ValueError("first line\nsecond line")) == "ValueError: first line"
+    assert progress.failure_reason(KeyError()) == "KeyError"
+    assert progress.failure_reason(RuntimeError("x" * 500)) == "RuntimeError: " + "x" * 160
+    assert progress.failure_reason(None) == "an error Ray did not keep"
+
+    assert progress.retry_line("const|on seed 0", 1, 2, 1, died, "/t/error.txt") == (
+        "[sweep] const|on seed 0: attempt 2 of 3, after epoch 1: its worker process died (ActorDiedError); it "
+        "resumes from its last checkpoint (details: /t/error.txt)")
+    assert progress.retry_line("r seed 1", 3, -1, 0, "E", None) == (
+        "[sweep] r seed 1: attempt 4, before its first epoch: E; it resumes from its last checkpoint")
+
+
+def test_on_trial_recover_prints_the_retry_line(capsys, tmp_path):
+    from ray import cloudpickle
+    from ray.exceptions import ActorDiedError
+
+    cb = ProgressCallback(total=1, total_epochs=3)
+    t = _trial("a")
+    t.num_failures, t.max_failures, t.last_result = 1, 2, {"epoch": 2}
+    t.error_file, t.pickled_error_file = "/staging/t/error.txt", str(tmp_path / "error.pkl")
+    t.path = "/work/runs/sweeps/s/tune/grid/t"  # the trial's folder in storage: named, not the driver's staging
+    (tmp_path / "error.pkl").write_bytes(cloudpickle.dumps(ActorDiedError()))  # Ray's pickle of the last error
+    cb.on_trial_recover(0, [t], t)
+    assert capsys.readouterr().out == ("[sweep] r seed 0: attempt 2 of 3, after epoch 2: its worker process died "
+                                       "(ActorDiedError); it resumes from its last checkpoint (details: "
+                                       "/work/runs/sweeps/s/tune/grid/t/error.txt)\n")
+    (tmp_path / "error.pkl").write_bytes(b"torn")
+    assert progress.last_error(t) is None
+    t.pickled_error_file = None
+    assert progress.last_error(t) is None

@@ -177,7 +177,7 @@ def test_epochs_argument_of_one():
 
 @pytest.mark.parametrize("epochs", [0, -1, True, 2.5, "3"])
 def test_epochs_argument_must_be_a_positive_integer(epochs):
-    refused(GRID, f"--epochs: {epochs!r}; allowed: a positive integer", epochs=epochs)
+    refused(GRID, f"--epochs: {epochs!r}; allowed: a positive integer up to 10,000", epochs=epochs)
 
 
 def test_epochs_argument_collisions_are_named_for_searches():
@@ -204,7 +204,7 @@ def test_spec_epochs_of_one():
 
 @pytest.mark.parametrize("epochs", [0, True, "ten"])
 def test_spec_epochs_must_be_a_positive_integer(epochs):
-    refused(grid(epochs=epochs), f"preset 'mnist5k-ssat-mbi': epochs: {epochs!r}; allowed: a positive integer")
+    refused(grid(epochs=epochs), f"preset 'mnist5k-ssat-mbi': epochs: {epochs!r}; allowed: a positive integer up to 10,000")
 
 
 # ---- top-level fields -----------------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def test_repeated_seeds_and_negative_seeds():
 
 @pytest.mark.parametrize("mc", [0, -2, True, 1.5, "2", None])
 def test_bad_max_concurrent(mc):
-    refused(grid(max_concurrent=mc), f"max_concurrent: {mc!r}; allowed: a positive integer")
+    refused(grid(max_concurrent=mc), f"max_concurrent: {mc!r}; allowed: a positive integer up to 10,000")
 
 
 def test_max_concurrent_one_is_allowed():
@@ -286,7 +286,7 @@ def test_table_and_column_group_are_strings(key):
 
 @pytest.mark.parametrize("es", [0, -1, True, 2.0, "3"])
 def test_bad_expected_seeds(es):
-    refused(grid(expected_seeds=es), f"expected_seeds: {es!r}; allowed: a positive integer")
+    refused(grid(expected_seeds=es), f"expected_seeds: {es!r}; allowed: a positive integer up to 1,000")
 
 
 def test_exactly_one_of_grid_or_search():
@@ -437,7 +437,8 @@ def test_search_must_be_a_mapping_of_known_keys():
 
 @pytest.mark.parametrize("n", [0, -1, True, 1.0, "5", None])
 def test_bad_num_samples(n):
-    refused(search(num_samples=n), f"search.num_samples: {n!r}; allowed: a positive integer")
+    refused(search(num_samples=n), f"search.num_samples: {n!r}; allowed: a positive integer up to 10,000 (a limit no "
+                                       "real search comes near: split a larger one into several sweeps)")
 
 
 @pytest.mark.parametrize("space", [None, {}, [BETA]])
@@ -511,7 +512,7 @@ def test_confirm_checks():
 
 @pytest.mark.parametrize("k", [0, -1, True, 1.0, "2"])
 def test_bad_top_k(k):
-    refused(search(confirm={"top_k": k}), f"search.confirm.top_k: {k!r}; allowed: a positive integer")
+    refused(search(confirm={"top_k": k}), f"search.confirm.top_k: {k!r}; allowed: a positive integer up to 10,000")
 
 
 @pytest.mark.parametrize("cseeds", [[], [1, 1], [0], [5, 0], [True], [1.5], "100", None])

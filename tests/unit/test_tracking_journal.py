@@ -179,3 +179,23 @@ def test_an_artifact_root_is_used_for_a_local_store_only(tmp_path):
     assert Tracker(_away(), "exp", artifact_root=tmp_path, **QUIET).artifact_root is None
     local = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp", artifact_root=tmp_path / "art", **QUIET)
     assert local.artifact_root == (tmp_path / "art").resolve().as_uri()
+
+
+def test_a_journal_that_cannot_be_written_is_said_once_and_nothing_queued_is_lost(tmp_path, store):
+    """A full disk (here: the journal's folder is a file) fails the journal, never the sweep: the operations stay
+    queued in memory and are sent once the store answers."""
+    (tmp_path / "full").write_text("")
+    spool = tmp_path / "full" / "tracking_spool.jsonl"
+    lines = []
+    away = Tracker(_away(), "exp", spool=spool, log=lines.append)
+    away.ensure_run("k1", {"ssat.kind": "trial"}, name="k1")
+    away.log_epoch("k1", {"val/pgd10": 0.5}, 1)
+    assert [op["op"] for op in away.queue] == ["ensure", "epoch"]
+    journal_lines = [ln for ln in lines if "journal" in ln]
+    assert journal_lines == [f"[tracking] cannot write the journal {away.journal} (File exists); operations are "
+                             "kept in memory"]
+    t = Tracker(store, "exp", spool=spool, log=lines.append)
+    t.ensure_run("k1", {"ssat.kind": "trial"}, name="k1")
+    t.log_epoch("k1", {"val/pgd10": 0.5}, 1)
+    client, run = _run(store)
+    assert t.queue == [] and _history(client, run.info.run_id, "val/pgd10") == [(1, 0.5)]

@@ -1,0 +1,98 @@
+"""The sweep's log, <sweep dir>/sweep.log: what Ray says that the console need not show, kept for when something
+goes wrong. The console gets one line per event from the sweep's own callbacks instead (sweeps.progress_callback):
+
+- tracebacks Ray's loggers print (a trial task that failed, a sync that failed): to the log; on the console,
+  nothing for a trial's failure (its callback line says it), else the record's first line and where the rest is;
+- what Ray's raylet and autoscaler publish to the driver ("A worker died or was killed ...": the trial's line
+  says it): to the log only;
+- Tune's own tables of trials and results, and its print of every trial error: off (its legacy reporter at
+  verbosity 0 prints none of them).
+
+Writing the log never fails the sweep: on a full disk what cannot be written is dropped.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+
+TRACEBACK = "Traceback (most recent call last)"
+
+
+class SweepLog:
+    """Where this driver's sweep log is (None: no sweep runs in this process, and Ray's output stays as it is)."""
+
+    def __init__(self):
+        self.path: Path | None = None
+
+    def write(self, text: str) -> bool:
+        if self.path is None:
+            return False
+        try:
+            with open(self.path, "a") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text.rstrip()}\n")
+        except OSError:
+            pass  # e.g. the disk is full: the console line said what matters
+        return True
+
+
+LOG = SweepLog()
+
+
+def console_line(message: str, has_traceback: bool, is_trial_failure: bool) -> str | None:
+    """What of a Ray log record the console shows: all of it without a traceback; with one, nothing for a failed
+    trial task (the sweep's callback says it in one line), else the message's first line and where the rest is."""
+    if not has_traceback:
+        return message
+    if is_trial_failure:
+        return None
+    first = message.split("\n", 1)[0].removesuffix(":")
+    return f"{first} (details in {LOG.path})"
+
+
+class ToSweepLog(logging.Filter):
+    """On the handler of Ray's `ray` logger: records carrying a traceback go to the sweep's log, and the console
+    gets `console_line` of them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        has_tb = bool(record.exc_info) or TRACEBACK in message
+        if not has_tb or LOG.path is None:
+            return True
+        text = logging.Formatter().format(record)
+        LOG.write(f"{record.levelname} {record.name}: {text}")
+        shown = console_line(message, True, message.startswith("Trial task failed"))
+        if shown is None:
+            return False
+        record.msg, record.args, record.exc_info, record.exc_text = shown, (), None, None
+        return True
+
+
+_RAY_PRINT = []  # Ray's own printer of what is published to the driver, once replaced
+
+
+def _publish_to_log(data: dict, ignore_prefix: bool = False) -> None:
+    """In place of Ray's print of what the raylet and autoscaler publish to the driver (outside a sweep: Ray's)."""
+    if not LOG.write(f"[ray {data.get('pid', '')}] " + "\n".join(data.get("lines", []))):
+        _RAY_PRINT[0](data, ignore_prefix=ignore_prefix)
+
+
+@contextlib.contextmanager
+def diverted(path: Path):
+    """While inside, Ray's tracebacks and raylet messages in this process go to `path` (see the module's doc)."""
+    import ray._private.worker as ray_worker
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # read by each fit(): Tune's trial tables off
+    for handler in logging.getLogger("ray").handlers:
+        if not any(isinstance(f, ToSweepLog) for f in handler.filters):
+            handler.addFilter(ToSweepLog())
+    if ray_worker.print_to_stdstream is not _publish_to_log:  # what listen_error_messages prints with (Ray 2.60)
+        _RAY_PRINT[:] = [ray_worker.print_to_stdstream]
+        ray_worker.print_to_stdstream = _publish_to_log
+    LOG.path = Path(path)
+    try:
+        yield LOG
+    finally:
+        LOG.path = None

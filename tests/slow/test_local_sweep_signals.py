@@ -1,0 +1,82 @@
+"""A local sweep on one machine, as a scheduler or a closed terminal meets it (issue 32, items 1, 2 and 6), with
+real drivers: `python -m sweeps run` of the smoke spec at 3 epochs on a local Ray of its own, MLflow SQLite.
+
+Every trial pauses once one step into epoch 2 (SSAT_FAULT pause@2:1), so the driver certainly runs when the test
+acts, and dies once one step into epoch 3 (exit@3:1: a killed worker, in the resumed run). While the trials pause:
+- every socket the driver's process tree listens on (the driver, Ray's GCS, raylet, dashboard process, agents and
+  trial workers) is bound to loopback: none on the wildcard or the machine's network address;
+- SIGTERM (what `kill`, SLURM and systemd send) or SIGHUP (a closed terminal) stops the sweep as Ctrl+C does:
+  exit 1, INCOMPLETE naming the signal, the resume command printed, the cut runs KILLED with the reason, no
+  traceback and no stack dump.
+Then (after SIGTERM; the resume is the same whatever stopped the sweep) `resume` finishes it: the killed workers
+are one line each, every run FINISHED with epochs 1-3 once each.
+"""
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from real_driver import (NAME, assert_finished_unharmed, assert_no_traceback, cli, paused_trials, start_driver,
+                         sweep_env)
+from tests.sockets import listening_sockets
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_local_sweep_listens_on_loopback_only_and_a_signal_stops_it_as_ctrl_c_does(sweep, teachers, sig):
+    work, env = sweep
+    env = sweep_env(work, env["SSAT_RAY_TMPDIR"], teachers, fault="pause@2:1,exit@3:1")
+    driver = start_driver(work, env, epochs=3)
+    try:
+        paused_trials(work, driver)
+        sockets = listening_sockets(driver.pid)
+        outside = [s for s in sockets if not s.loopback]
+        programs = " ".join(s.name for s in sockets)
+        print(f"{len(sockets)} listening sockets, {len(outside)} outside loopback:", *sockets, sep="\n  ")
+        assert outside == [], outside
+        # it measured Ray's tree, not an empty one: the GCS, the raylet, both paused trial workers and the driver
+        assert "gcs_server" in programs and "raylet" in programs and len(sockets) >= 8, sockets
+        t0 = time.monotonic()
+        driver.send_signal(sig)
+        rc = driver.wait(180)
+        print(f"{sig.name} to exit {rc} in {time.monotonic() - t0:.1f} s")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    out = (work / "driver.log").read_text()
+    assert rc == 1, out[-3000:]
+    assert (f"sweep {NAME} is INCOMPLETE: stage grid interrupted ({sig.name}). Resume with:\n"
+            f"  python -m sweeps resume {NAME} --workdir {work}\n") in out, out[-3000:]
+    assert_no_traceback(out)
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(NAME).experiment_id], max_results=100)
+    by_kind = {}
+    for r in runs:
+        by_kind.setdefault(r.data.tags["ssat.kind"], []).append(r)
+    assert len(by_kind["trial"]) == 2 and not any(r.info.status == "RUNNING" for r in runs)
+    for r in by_kind["trial"]:
+        assert r.info.status == "KILLED", r.data.tags
+        assert r.data.tags["ssat.status"] == (f"KILLED: interrupted ({sig.name}) in epoch 2; resume with: python -m "
+                                              f"sweeps resume {NAME} --workdir {work}"), r.data.tags["ssat.status"]
+    (parent,) = by_kind["sweep"]
+    assert parent.info.status == "KILLED" and parent.data.tags["ssat.status"].startswith(
+        f"KILLED: interrupted ({sig.name}) in stage grid; resume with: ")
+
+    if sig != signal.SIGTERM:
+        return  # the resume after a stop is the same whatever stopped it: once is enough
+    res = cli(env, "resume", NAME, "--workdir", str(work))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert_no_traceback(res.stdout + res.stderr)
+    # one line per killed worker; its attempt counts the failures Tune recorded, the stop's own included when its
+    # kill of the paused worker was processed first (then 3 of 3)
+    retried = sorted(ln.split(": attempt")[0] for ln in res.stdout.splitlines()
+                     if re.search(r": attempt [23] of 3, after epoch 2: its worker process died \(ActorDiedError\); "
+                                  r"it resumes from its last checkpoint \(details: .*/error\.txt\)$", ln))
+    assert retried == ["[sweep] const|on seed 0", "[sweep] curious|on seed 0"], res.stdout[-3000:]
+    assert_finished_unharmed(work, epochs=3)
