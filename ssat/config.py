@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
 import json
 import math
 import types
@@ -16,6 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config_hash import config_hash
 from .schedules import SCHEDULE_REGISTRY, schedule_names
 
 DATASETS = ("mnist5k", "cifar10", "cifar100", "svhn")
@@ -230,24 +230,8 @@ class Config:
         return dict(_flatten(self.to_dict()))
 
     def config_hash(self, exclude_seed: bool = True) -> str:
-        """12 hex chars identifying what is trained. Locations and resources (data.root, data.teacher_dir,
-        system.device/threads/cuda_memory_fraction) and performance switches (PERF_FIELDS: compile, graph mode,
-        cuDNN autotuning) are left out: moving the data, changing a GPU share or speeding the step up does not
-        make another experiment."""
-        d = self.to_dict()
-        if exclude_seed:
-            d.pop("seed")
-        for section, key in LOCATION_FIELDS:
-            d[section].pop(key)
-        for (section, key), neutral in HASH_NEUTRAL.items():
-            if d[section][key] == neutral or not HASHED_ONLY_WHERE.get((section, key), lambda c: True)(self):
-                d[section].pop(key)
-        for (section, key), hashed_as in PERF_FIELDS.items():  # how fast, not what is trained
-            if hashed_as is None:
-                d[section].pop(key)
-            else:
-                d[section][key] = hashed_as
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+        """12 hex chars identifying what is trained (ssat/config_hash.py says what is left out, and why)."""
+        return config_hash(self, exclude_seed)
 
     @property
     def eps(self) -> float:
@@ -271,32 +255,6 @@ class Config:
         """A new validated config with dotted overrides (`replace(**{"method.beta": 0.5})`)."""
         return from_dict(self.to_dict(), overrides=dotted)
 
-    def model_params(self) -> dict[str, Any]:
-        """The flat parameters every tracked run carries, under the dotted names a spec and `--set` use
-        (docs/tracking.md); attack.eps is the resolved one."""
-        keys = ("method.name", "attack.schedule", "attack.t", "attack.gamma", "method.rho0", "method.rho_double_epoch",
-                "method.beta", "method.tau", "method.K", "method.lam", "method.interpolate", "seed",
-                "data.split_seed", "data.dataset", "model.name", "system.precision", "optim.epochs",
-                "optim.swa_start")
-        flat = self.to_flat()
-        return {**{k: flat[k] for k in keys}, "attack.eps": self.eps}
-
-
-LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device"), ("system", "threads"),
-                   ("system", "cuda_memory_fraction"), ("system", "compile_cache"))
-# Fields added after runs were tracked, left out of config_hash while they hold the value that reproduces the
-# code before them: every run tracked so far keeps its key (tests/unit/test_preset_hashes.py).
-HASH_NEUTRAL = {("data", "labeled_sampling"): "random", ("method", "awr_forwards"): "single",
-                ("attack", "inner_target"): "soft", ("optim", "lr_decay_after_milestone"): False,
-                ("optim", "swa_bn"): "recompute", ("method", "pgd_forward"): "always", ("eval", "tf32"): False}
-# Hash-neutral fields that change what is trained only under a condition: left out of the hash elsewhere, so the
-# keys of the configurations they cannot change stay (pgd_forward acts only where x_pgd's KL term has weight 0).
-HASHED_ONLY_WHERE = {("method", "pgd_forward"): lambda cfg: cfg.method.interpolate and cfg.method.beta == 1}
-# Performance switches and evaluation-only choices, hashed as the value given here whatever they hold (they were
-# hashed with that value before they were declared so: every key made then stays); None: not hashed at all.
-PERF_FIELDS = {("system", "compile"): "off", ("system", "graph_mode"): None, ("system", "cudnn_benchmark"): None,
-               ("system", "fused_forward"): None,
-               ("eval", "autoattack_checkpoints"): ["best", "last"]}
 DATASET_EPS = {"mnist5k": 0.3, "cifar10": 8 / 255, "cifar100": 8 / 255, "svhn": 8 / 255}
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config) if f.name != "seed"}
 

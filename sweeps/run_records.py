@@ -83,14 +83,27 @@ def labels(cfg: Config) -> dict[str, str]:
             "ssat.schedule_title": schedule.title, "ssat.schedule_row": schedule.row_format}
 
 
+# The settings every trial run carries as parameters, under the dotted names a spec and `--set` use
+# (docs/tracking.md), attack.eps resolved: what analysis reads.
+TRACKED_PARAMS = ("method.name", "attack.schedule", "attack.t", "attack.gamma", "method.rho0", "method.rho_double_epoch",
+                  "method.beta", "method.tau", "method.K", "method.lam", "method.interpolate", "seed", "data.split_seed",
+                  "data.dataset", "model.name", "system.precision", "optim.epochs", "optim.swa_start")
+
+
+def tracked_params(cfg: Config) -> dict:
+    """TRACKED_PARAMS of a config, and its resolved attack.eps."""
+    flat = cfg.to_flat()
+    return {**{k: flat[k] for k in TRACKED_PARAMS}, "attack.eps": cfg.eps}
+
+
 def trial_record(cfg: Config, meta: dict, sampled: dict) -> RunRecord:
     """A trial's run: tags from its meta (sweep, stage, table, row, ...) and its labels, the flat parameters of
-    its config (`Config.model_params`), `spec.*` and the values a search sampled (`sampled.<dotted.key>`)."""
+    its config (`tracked_params`), `spec.*` and the values a search sampled (`sampled.<dotted.key>`)."""
     config_hash = cfg.config_hash()
     key = trial_key(meta["sweep"], config_hash, cfg.seed, meta["stage"])
     tags = {"ssat.kind": "trial", "ssat.key": key, "ssat.sweep": meta["sweep"], "ssat.stage": meta["stage"],
             "ssat.table": meta.get("table", ""), "ssat.row": meta.get("row", ""),
             "ssat.column_group": meta.get("column_group", ""), "ssat.seed": cfg.seed,
             "ssat.expected_seeds": meta.get("expected_seeds", ""), "ssat.config_hash": config_hash, **labels(cfg)}
-    params = {**cfg.model_params(), **spec_params(cfg, meta), **{f"sampled.{k}": v for k, v in sampled.items()}}
+    params = {**tracked_params(cfg), **spec_params(cfg, meta), **{f"sampled.{k}": v for k, v in sampled.items()}}
     return RunRecord(key, tags, params, f"{meta.get('row') or config_hash}-seed{cfg.seed}")

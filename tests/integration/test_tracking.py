@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis.collect import load_mlflow_runs, load_ray_runs
 from ssat.config import from_dict
+from sweeps.run_records import tracked_params
 from sweeps.cli import main as sweeps_main
 from sweeps.tracking import flat_str
 from tests.integration.sweep_helpers import epoch_histories, history, trial_runs, write_spec
@@ -73,7 +74,8 @@ def test_sweep_records_everything_and_resume_adds_nothing(ray_local, teacher_dir
         cfg = from_dict(json.loads(_get(f"{uri}/get-artifact?run_uuid={r.info.run_id}&path=config.json")))
         assert cfg.seed == 0 and r.data.tags["ssat.config_hash"] == cfg.config_hash()
         assert r.data.tags["ssat.key"] == f"tracked-{cfg.config_hash()}-s0-grid"
-        assert {k: r.data.params[k] for k in cfg.model_params()} == {k: flat_str(v) for k, v in cfg.model_params().items()}
+        want = tracked_params(cfg)
+        assert {k: r.data.params[k] for k in want} == {k: flat_str(v) for k, v in want.items()}
         assert b"trial" in _get(f"{uri}/get-artifact?run_uuid={r.info.run_id}&path=trial.log")
     # the Ray results folder carries the same run record (run_json): analysis reads the same tags and params
     ray = load_ray_runs(tmp_path / "runs" / "sweeps" / "tracked" / "tune" / "grid").set_index("meta.key")

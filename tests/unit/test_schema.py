@@ -14,7 +14,7 @@ from ssat import faults
 from ssat.config import from_dict
 from ssat.presets import preset
 from sweeps.mlflow_callback import TrackingCallback
-from sweeps.run_records import sweep_record, teacher_record, trial_key
+from sweeps.run_records import sweep_record, teacher_record, tracked_params, trial_key
 from sweeps.spec import parse_spec
 from sweeps.trial_settings import resolve_trial
 from tests.unit import test_tracking_store
@@ -142,7 +142,7 @@ def test_a_journal_of_the_code_before_replays_and_its_run_is_found_again(store, 
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     dead = sweep / "tracking_spool.otherhost.1.0.jsonl"  # another host's driver: adopted
-    dead.write_text(json.dumps({"op": "ensure", "key": old_key, "tags": old_tags, "params": cfg.model_params(),
+    dead.write_text(json.dumps({"op": "ensure", "key": old_key, "tags": old_tags, "params": tracked_params(cfg),
                                 "name": "lin-seed3"}) + "\n")
     cb = TrackingCallback(store, "unit", str(sweep), None)
     cb._start(SimpleNamespace(config=config, trial_id="t_2"))
