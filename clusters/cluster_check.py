@@ -1,7 +1,7 @@
 """Check the cluster configs of ssat-sweeps offline: Ray's own schema, then the project's rules.
 
-    python -m sweeps.cluster_check                  # every cluster file of the repository
-    python -m sweeps.cluster_check FILE...          # .yaml cluster configs, .sbatch / .sh scripts
+    python -m clusters.cluster_check                  # every cluster file of the repository
+    python -m clusters.cluster_check FILE...          # .yaml cluster configs, .sbatch / .sh scripts
     (python -m clusters.cluster_check is the same command)
 
 Cluster YAMLs go through the autoscaler's ``prepare_config`` and ``validate_config`` (a private Ray API:
@@ -487,7 +487,7 @@ def default_targets(root: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeps.cluster_check", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m clusters.cluster_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*", type=Path, help="default: every cluster file of the repository")
     args = parser.parse_args(argv)

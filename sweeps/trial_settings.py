@@ -26,6 +26,7 @@ from typing import Callable, NamedTuple
 
 from ssat.config import Config, from_dict
 
+from .legacy import old_trial_settings
 from .run_records import trial_record
 
 KEY = "trial"  # a grid search needs its values under a key; every stage uses the same one
@@ -68,8 +69,9 @@ def _unpack(config: dict) -> tuple[dict, dict | None, dict, bool]:
     """(meta, nested config or None, sampled values, whether the nested config is the trial's whole config)."""
     inner = config.get(KEY, config)
     meta = inner.get("meta", {})
-    if "cfg" in inner:  # a grid or confirm trial before issue 27: its whole config, nothing sampled
-        return meta, inner["cfg"], {}, True
+    old = old_trial_settings(inner)
+    if old is not None:
+        return meta, old, {}, True
     return meta, inner.get("base"), {k: v for k, v in config.items() if "." in k}, False
 
 

@@ -7,15 +7,11 @@ the trials reached is judged in `sweeps.outcomes`.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
+from .legacy import find_moved_modules
 from .spec import Spec, Trial
 from .trial_settings import grid_space, search_space
-
-# Modules renamed in issue 27 whose classes Tune pickled by module path into a stage's tuner.pkl (the run config's
-# callbacks): a sweep started before the rename resumes only if unpickling finds them under the old names.
-MOVED_MODULES = {"sweeps.callback": "sweeps.mlflow_callback", "sweeps.progress": "sweeps.progress_callback"}
 
 
 def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None, total: int,
@@ -86,15 +82,6 @@ def search_tuner(spec: Spec, paths, uri: str, extra: dict, max_failures: int, pa
                                                   max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id,
                                              s["num_samples"], s["num_samples"] * spec.base["optim"]["epochs"]))
-
-
-def find_moved_modules() -> None:
-    """Make the old module paths of MOVED_MODULES name their new modules, for unpickling only (nothing imports
-    them: the aliases live in sys.modules, not as files)."""
-    import importlib
-
-    for old, new in MOVED_MODULES.items():
-        sys.modules.setdefault(old, importlib.import_module(new))
 
 
 def restore_tuner(phase_dir: Path, spec: Spec, rerun_failed: bool):

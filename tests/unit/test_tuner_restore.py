@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 from ray import cloudpickle, tune
 
+import sweeps.legacy as legacy
 import sweeps.tuners as tuners
 from sweeps.mlflow_callback import TrackingCallback
 from sweeps.progress_callback import ProgressCallback
@@ -32,10 +33,10 @@ OLD_STATES = {
 @pytest.fixture
 def no_old_modules():
     """Neither old path exists before the test, nor after it (another test must not find them registered)."""
-    for old in tuners.MOVED_MODULES:
+    for old in legacy.MOVED_MODULES:
         sys.modules.pop(old, None)
     yield
-    for old in tuners.MOVED_MODULES:
+    for old in legacy.MOVED_MODULES:
         sys.modules.pop(old, None)
 
 
@@ -85,7 +86,7 @@ def test_an_old_stage_restores_with_its_callbacks_under_their_new_modules(no_old
     assert importlib.import_module("sweeps.callback").TrackingCallback is TrackingCallback
     assert importlib.import_module("sweeps.progress").ProgressCallback is ProgressCallback
     here = Path(tuners.__file__).parent
-    assert not any((here / f"{old.split('.')[1]}.py").exists() for old in tuners.MOVED_MODULES)
+    assert not any((here / f"{old.split('.')[1]}.py").exists() for old in legacy.MOVED_MODULES)
 
 
 def test_nothing_to_restore_registers_nothing(no_old_modules, monkeypatch, tmp_path):
