@@ -369,10 +369,16 @@ def assert_job_completed(job: dict, restarts: int) -> None:
 
 
 def check_sweep_cut_by_time_limit(context: dict) -> None:
-    """time-limit scenario: a sweep of 2 trials x 3 epochs, cut by its job's time limit in epochs 2 and 3, ran in
+    """time-limit scenario: a job whose spec cannot fit a node was refused before anything started, naming both
+    numbers. A sweep of 2 trials x 3 epochs, cut by its job's time limit in epochs 2 and 3, ran in
     three runs of one job with no command in between: each warning stopped the sweep as Ctrl+C does and requeued
     the job, each next run resumed the sweep, the third finished it and the job was not requeued again. Every epoch
     of every trial was reported and logged once, and trained once: the runs equal an uninterrupted run."""
+    refused, said = context["refused"], context["refused_output"]
+    assert (refused["JobState"], refused["ExitCode"]) == ("FAILED", "2:0"), refused
+    assert ("error: this allocation cannot run sweep gpu-smoke: resources.cpu = 2 per trial, but each node of this "
+            "allocation gives Ray 1 CPU(s) (SLURM_CPUS_PER_TASK=1)") in said, said
+    assert "ray start" not in said and "MLflow server" not in said and "srun" not in said, said  # nothing started
     name, out, trials, epochs = context["name"], context["job_output"], 2, 3
     job = context["final_job"]["JobId"]
     starts = distinct(rf"^ssat: job {job}, run (\d): (\w+) sweep {name};", out)

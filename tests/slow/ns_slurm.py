@@ -19,7 +19,8 @@ scheduler looks every second, a node that stops answering is DOWN after 15 s; Ki
 (30 s between SIGTERM and SIGKILL). Processes are tracked by their parents (proctrack/linuxproc): no cgroups of
 the machine are touched.
 
-time-limit: `run` with trials paused in epochs 2 and 3 (SSAT_FAULT pause@2:1,pause@3:1, once per run); each time
+time-limit: first a job whose spec's trials need 2 CPUs (gpu-smoke.yaml): refused before anything starts. Then
+    `run` with trials paused in epochs 2 and 3 (SSAT_FAULT pause@2:1,pause@3:1, once per run); each time
     both are paused, the test shortens the running job's time limit so that SLURM's warning (the template's
     --signal=B:USR1@LEAD) is due at slurmctld's next time-limit check; the job stops the sweep, requeues itself,
     and its next run resumes it; the third run finishes. The test gives each requeued run the submitted limit back.
@@ -163,7 +164,7 @@ class SlurmCluster:
             "ip link set eth0 up",
             f"ip route add default via {LOGIN_IP}",
             f"mount --bind {home / 'tmp'} /tmp",
-            *([f"mount --bind {W / '.repo'} {REPO}"] if REPO_UNDER_TMP else []),
+            *([f"mkdir -p {REPO} && mount --bind {W / '.repo'} {REPO}"] if REPO_UNDER_TMP else []),
             "mount -t tmpfs -o size=8g,mode=1777 tmpfs /dev/shm",
             "mkdir -p /run/gpus && mount -t tmpfs -o mode=755 tmpfs /run/gpus",
             "mknod /run/gpus/nvidia0 c 1 3 && mknod /run/gpus/nvidia1 c 1 3",
@@ -235,15 +236,16 @@ class SlurmCluster:
                              text=True).stdout
         return dict(line.split() for line in out.splitlines() if line.strip())
 
-    def wait_job(self, job: int, what: str, done, timeout: float) -> dict:
-        """Wait until done(job's fields) holds; a job that ended otherwise fails the scenario with its output."""
+    def wait_job(self, job: int, what: str, done, timeout: float, fails: bool = True) -> dict:
+        """Wait until done(job's fields) holds; a job that ended otherwise fails the scenario with its output
+        (unless `fails` is False: a job expected to fail)."""
         seen: dict = {}
 
         def probe() -> bool:
             seen.update(self.job(job))
             if done(seen):
                 return True
-            if seen.get("JobState") in ("FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"):
+            if fails and seen.get("JobState") in ("FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"):
                 raise ScenarioError(f"job {job} ended {seen['JobState']} while waiting for {what}:\n"
                                     + job_output_tail(job))
             return False
@@ -335,7 +337,13 @@ def time_limit_scenario(args, result: dict) -> None:
     try:
         cluster.start()
         t0 = time.monotonic()
+        # A spec whose trials need 2 CPUs, on nodes that give Ray 1: refused before anything starts.
+        refused = cluster.sbatch("sbatch_refused", ["run", "sweeps/specs/gpu-smoke.yaml"], {})
         job = cluster.sbatch("sbatch", [a.format(name=name) for a in args.payload], args.job_env)
+        context.update(refused=cluster.wait_job(refused, "refused", lambda j: j.get("JobState") == "FAILED"
+                                                and cluster.gone(refused), 120, fails=False),
+                       refused_output=Path(f"/srv/slurm-{refused}.out").read_text(errors="replace"))
+        timings["refused_s"] = time.monotonic() - t0
         cuts = []
         for restarts, epoch in ((1, 2), (2, 3)):
             wait_markers(once, f"pause@{epoch}_1-", 2, cluster, job, 420)
