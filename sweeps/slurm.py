@@ -26,6 +26,7 @@ from typing import Mapping
 
 from ssat.config import ConfigError
 
+from .driver_lock import Host, hold, inspect, signal_holder
 from .errors import SweepError
 
 CPU_VARS = ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE")
@@ -139,7 +140,6 @@ def settle(name: str, workdir: str | Path, why: str, grace: float = 10.0, log=pr
     """Leave a sweep whose job SLURM is ending as a Ctrl+C would (see the module doc); 0 when every operation
     reached the store, 1 when some are spooled for `python -m sweeps sync`."""
     from .driver import SweepState, _end_left_running, resume_command
-    from .driver_lock import hold, inspect, signal_holder
     from .paths import sweep_paths
     from .run_records import sweep_key
     from .tracking import Tracker
@@ -148,20 +148,22 @@ def settle(name: str, workdir: str | Path, why: str, grace: float = 10.0, log=pr
     if not paths.state.exists():
         log(f"sweep {name} was not started; nothing to settle")
         return 0
-    _stop_driver(paths.sweep_dir, grace, inspect, signal_holder, log)
+    _stop_driver(paths.sweep_dir, grace, log)
+    # Bounded: SLURM's SIGKILL comes KillWait (30 s by default) after its SIGTERM.
+    flush_s = float(os.environ.get("SSAT_TRACKING_FLUSH_S", "15"))
     with hold(paths.sweep_dir, f"python -m sweeps.slurm settle {name}", name=name, workdir=paths.workdir, log=log):
         state = SweepState.load(paths)
         if state.status == "done":
             return 0
         tracker = Tracker(state.tracking_uri, name, artifact_root=paths.workdir / "mlartifacts",
                           spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)  # adopts the driver's journal
-        reason = f"KILLED: {why}; resume with: {resume_command(paths)}"
+        sent = tracker.flush(timeout=flush_s)  # what the driver left unsent goes first
         parent = sweep_key(name)
-        tracker.kill(parent, {"ssat.status": reason})  # a run the driver ended keeps its end and reason
-        sent = tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "15")))
-        if sent:
+        if sent and tracker.find_run(parent) is not None:  # else the driver was stopped before it logged anything
+            reason = f"KILLED: {why}; resume with: {resume_command(paths)}"
+            tracker.kill(parent, {"ssat.status": reason})  # a run the driver ended keeps its end and reason
             _end_left_running(tracker, parent, reason, log)
-            sent = tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "15")))
+            sent = tracker.flush(timeout=flush_s)
         state.status = "incomplete"
         state.save(paths)
     log(f"sweep {name} stopped ({why}); " + ("no run of it is RUNNING" if sent else
@@ -170,11 +172,14 @@ def settle(name: str, workdir: str | Path, why: str, grace: float = 10.0, log=pr
     return 0 if sent else 1
 
 
-def _stop_driver(sweep_dir: Path, grace: float, inspect, signal_holder, log) -> None:
+def _stop_driver(sweep_dir: Path, grace: float, log) -> None:
     """Ctrl+C to the live driver of this host (it stops as on Ctrl+C), SIGKILL when it has not ended after `grace`
-    seconds (Ray may be going down under it). A driver on another host is left to its heartbeat."""
+    seconds (Ray may be going down under it). A driver on another host is left alone (the lock then waits for its
+    heartbeat to go stale)."""
     lock, verdict = inspect(sweep_dir)
-    if lock is None or not verdict.live or lock.start_ticks is None:
+    here = Host.here()
+    if (lock is None or not verdict.live or lock.start_ticks is None or lock.host != here.name
+            or lock.boot_id != here.boot_id):
         return
     if not signal_holder(lock, signal.SIGINT):
         return

@@ -237,3 +237,27 @@ def test_settle_of_a_finished_or_unstarted_sweep_changes_nothing(work, store, ca
     state.save(D.sweep_paths(work, "s"))
     assert slurm.settle("s", work, "x") == 0
     assert {k: r.info.status for k, r in runs_by_key(store).items()} == {"s-sweep": "RUNNING", "s-trial": "RUNNING"}
+
+
+def test_settle_of_a_sweep_stopped_before_it_logged_anything_queues_nothing(work, store, capsys):  # noqa: F811
+    save_state(work, "running", store)  # the driver wrote its state, then was stopped before its first run
+    assert slurm.settle("s", work, "SLURM ended job 7", grace=0) == 0
+    sweep_dir = D.sweep_paths(work, "s").sweep_dir
+    assert sorted(p.name for p in sweep_dir.iterdir()) == ["sweep.json"]  # no spool, no journal, no lock
+    assert json.loads((sweep_dir / "sweep.json").read_text())["status"] == "incomplete"
+    assert "no run of it is RUNNING" in capsys.readouterr().out
+
+
+def test_settle_never_signals_a_driver_of_another_host(work, store):  # noqa: F811
+    started_sweep(work, store)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        here, path = Host.here(), D.sweep_paths(work, "s").sweep_dir / LOCK_FILE
+        path.write_bytes(LockInfo(bystander.pid, "another-host", here.boot_id, proc_start_ticks(bystander.pid),
+                                  time.time(), time.time(), "python -m sweeps run s.yaml", "t").to_json())
+        with pytest.raises(SweepError, match="already has a driver: pid .* on host another-host"):
+            slurm.settle("s", work, "SLURM ended job 7", grace=0)
+        assert bystander.poll() is None  # the same pid here is another process: left alone
+    finally:
+        bystander.kill()
+    assert {k: r.info.status for k, r in runs_by_key(store).items()} == {"s-sweep": "RUNNING", "s-trial": "RUNNING"}
