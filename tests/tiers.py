@@ -2,8 +2,8 @@
 
 A tier with no tests counts as passed (pytest's exit code 5); any other failure stops the run. In CI
 (CI=true) the slow tier must skip nothing: a missing prerequisite there is a failure, not a skip.
-Budgets on 2 cores: unit 5 min, integration 15 min, slow 35 min (its SLURM tests: 15.8 to 19.2 min here, two
-other sessions busy).
+Budgets on 2 cores: unit 5 min, integration 15 min, slow 35 min (its SLURM tests: 11.9 min here, 15.8 to 19.2
+min with two other sessions busy).
 """
 import os
 import re
