@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -79,6 +80,7 @@ def main(argv=None) -> int:
     out = Path(tempfile.mkdtemp(prefix="ssat-profile-"))
     tr = Trainer(cfg, out, teacher=random_teacher(cfg), log=lambda s: None)
     rec: dict = {"bench": "demo_trial_profile", "row": args.row, "device": "cpu", "threads": 1,
+                 "load_average_at_start": os.getloadavg(),
                  "torch": torch.__version__, "sets": args.set, "steps_per_epoch": len(tr.batches.spans()),
                  "epochs": [], "engine": tr.engine.status()}
     prof_epochs = range(2, 2 + args.profile_epochs)
@@ -113,6 +115,7 @@ def main(argv=None) -> int:
     vals = [e["validate_s"] for e in rec["epochs"] if e["validate_s"]]
     rec["validate_s"] = sum(vals) / max(len(vals), 1)
     rec["test"] = {k: {a: r["acc"] for a, r in v.items()} for k, v in res.items()}
+    rec["load_average_at_end"] = os.getloadavg()
     print(json.dumps(rec, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(rec) + "\n")

@@ -5,6 +5,8 @@ SSAT_FAULT holds comma-separated specs `KIND@EPOCH[:STEP][/seed=N][/node=HOST]`:
   exit@3                    kill the process (os._exit) at the first step of epoch 3 (a dead worker)
   exit@3:1                  the same at step 1 of epoch 3: mid-epoch, one optimiser step past the checkpoint
   pause@2:1                 stop at step 1 of epoch 2 and wait forever (the test then kills the node under it)
+  hold@2:1                  stop at step 1 of epoch 2 until the file `release` appears in SSAT_FAULT_ONCE_DIR (a
+                            test lets every held trial go at once: trials held together run side by side)
   exit_after_checkpoint@2   kill the process right after epoch 2's checkpoint is written
   nan@2                     make epoch 2's loss NaN (a diverging trial)
 `/seed=N` restricts a fault to the run with that seed, `/node=HOST` to runs on the host named HOST.
@@ -22,7 +24,7 @@ import time
 from pathlib import Path
 
 _context = {"seed": None, "key": "run"}
-KINDS = ("raise", "exit", "pause", "exit_after_checkpoint", "nan")
+KINDS = ("raise", "exit", "pause", "hold", "exit_after_checkpoint", "nan")
 
 
 class InjectedFault(RuntimeError):
@@ -97,5 +99,9 @@ def maybe(point: str, epoch: int, step: int = 0) -> None:
         if active("pause", epoch, step):
             while True:  # until the node under this process is killed
                 time.sleep(60)
+        if active("hold", epoch, step):
+            release = Path(os.environ.get("SSAT_FAULT_ONCE_DIR", ".")) / "release"
+            while not release.exists():
+                time.sleep(0.5)
     if point == "after_checkpoint" and active("exit_after_checkpoint", epoch):
         os._exit(99)

@@ -30,7 +30,7 @@ from typing import Callable
 from ssat.config import ConfigError, brief, shorten
 
 from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, hold, inspect, leftover_ray_processes,
-                          proc_start_ticks)
+                          proc_start_ticks, signal_holder)
 from .disk import CAUSE as DISK_FULL, DiskWatch, check_free, drop_torn_checkpoints
 from .errors import SweepError, UsageError
 from .outcomes import TrialOutcome, stage_outcome, top_configs
@@ -541,21 +541,9 @@ def stop_sweep(name: str, *, workdir: str | Path = ".") -> int:
         print(f"sweep {name}: driver.lock gives no start time for pid {lock.pid}, so it cannot be told from a reused "
               f"pid: nothing signalled; interrupt the driver where it runs (Ctrl+C)")
         return 1
-    try:
-        fd = os.pidfd_open(lock.pid)  # pins the process: checked, then signalled, with no reuse in between
-    except (AttributeError, OSError):
-        fd = None
-    try:
-        if proc_start_ticks(lock.pid) != lock.start_ticks:
-            print(f"sweep {name}: driver pid {lock.pid} ended just now; nothing signalled; {after}")
-            return 1
-        if fd is not None:
-            signal.pidfd_send_signal(fd, signal.SIGINT)
-        else:
-            os.kill(lock.pid, signal.SIGINT)
-    finally:
-        if fd is not None:
-            os.close(fd)
+    if not signal_holder(lock, signal.SIGINT):
+        print(f"sweep {name}: driver pid {lock.pid} ended just now; nothing signalled; {after}")
+        return 1
     print(f"sent SIGINT to the driver of {name} (pid {lock.pid}, `{lock.command}`): it stops in the stage it is in; "
           f"{after}")
     return 0

@@ -21,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import socket
 import tempfile
 import threading
@@ -95,6 +96,26 @@ def proc_start_ticks(pid: int) -> int | None:
         return None
     rest = text[text.rindex(")") + 2:].split()  # the name (field 2) may hold spaces and ')'
     return None if rest[0] in ("Z", "X") else int(rest[19])
+
+
+def signal_holder(lock: LockInfo, sig: int) -> bool:
+    """Send `sig` to the lock's driver, a process of this host, only while it is that process (same start time:
+    never a pid reused since); False when it has ended."""
+    try:
+        fd = os.pidfd_open(lock.pid)  # pins the process: checked, then signalled, with no reuse in between
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        if proc_start_ticks(lock.pid) != lock.start_ticks:
+            return False
+        if fd is not None:
+            signal.pidfd_send_signal(fd, sig)
+        else:
+            os.kill(lock.pid, sig)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def judge(lock: LockInfo, now: float, here: Host, start_ticks_of: Callable[[int], int | None]) -> Verdict:

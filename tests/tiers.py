@@ -2,7 +2,8 @@
 
 A tier with no tests counts as passed (pytest's exit code 5); any other failure stops the run. In CI
 (CI=true) the slow tier must skip nothing: a missing prerequisite there is a failure, not a skip.
-Budgets on 2 cores: unit 5 min, integration 15 min, slow 20 min.
+Budgets on 2 cores: unit 5 min, integration 15 min, slow 35 min (its SLURM tests: 11.9 min here, 15.8 to 19.2
+min with two other sessions busy).
 """
 import os
 import re
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import time
 
-TIERS = {"unit": ("tests/unit", 300), "integration": ("tests/integration", 900), "slow": ("tests/slow", 1200)}
+TIERS = {"unit": ("tests/unit", 300), "integration": ("tests/integration", 900), "slow": ("tests/slow", 2100)}
 
 
 def run_tier(name: str) -> tuple[int, str]:

@@ -332,3 +332,112 @@ def check_sweep_survived_node_faults(context: dict) -> None:
     assert nan["info"]["status"] == "FAILED", nan["info"]
     assert "loss became nan or infinite at epoch 2" in tags_of(nan)["ssat.status"], tags_of(nan)["ssat.status"]
     assert [step for step, _ in metric_history(uri, nan["info"]["run_id"], "val/pgd10")] == [1]
+
+
+# --- SLURM (tests/slow/test_slurm.py, ns_slurm.py) -------------------------------------------------------------
+# Extra context: once_dir, sweep_dir, nodes, job_output (the last job's output file), final_job (its scontrol
+# fields at the end), trial_results (each trial's Tune results: epoch and host), analysis_output (the login side's
+# `python -m analysis.convergence`); mlflow_uri is the login node's server over the sweep's store.
+JOB_TRACKING_URI = "http://10.77.0.11:5000"  # the MLflow server of every job: ssat-node1 is always the batch host
+
+
+def distinct(pattern: str, text: str) -> list[str]:
+    """The distinct lines matching `pattern` (`ray job submit` may print a stretch of the job's log twice)."""
+    return sorted(set(re.findall(pattern, text, flags=re.M)))
+
+
+def assert_slurm_sweep_finished(context: dict, trials: int, epochs: int) -> list[dict]:
+    """The sweep is done in its state and Tune's storage (every epoch reported once, checkpoints kept); its runs
+    on the login side's server: one parent, one teacher, one FINISHED run per trial with every per-epoch metric once
+    per epoch; the convergence table, made from the login side, has every seed at its last epoch. Returns the
+    trial runs."""
+    assert_sweep_in_storage({**context, "mlflow_uri": JOB_TRACKING_URI}, trials, epochs)
+    uri = context["mlflow_uri"]
+    parent, teacher, runs = sweep_runs(uri, context["name"], trials)
+    for run in runs:
+        assert_trial_run(uri, run, epochs=epochs, parent_id=parent["info"]["run_id"],
+                         teacher_id=teacher["info"]["run_id"])
+    table = context["analysis_output"]
+    for run in runs:
+        row = tags_of(run)["ssat.row"].replace("|", r"\|")
+        assert f"| {row} | {tags_of(run)['ssat.seed']} | {epochs} |" in table, table
+    return runs
+
+
+def assert_job_completed(job: dict, restarts: int) -> None:
+    assert (job["JobState"], job["Restarts"], job["ExitCode"]) == ("COMPLETED", str(restarts), "0:0"), job
+
+
+def check_sweep_cut_by_time_limit(context: dict) -> None:
+    """time-limit scenario: a job whose spec cannot fit a node was refused before anything started, naming both
+    numbers. A sweep of 2 trials x 3 epochs, cut by its job's time limit in epochs 2 and 3, ran in
+    three runs of one job with no command in between: each warning stopped the sweep as Ctrl+C does and requeued
+    the job, each next run resumed the sweep, the third finished it and the job was not requeued again. Every epoch
+    of every trial was reported and logged once, and trained once: the runs equal an uninterrupted run."""
+    refused, said = context["refused"], context["refused_output"]
+    assert (refused["JobState"], refused["ExitCode"]) == ("FAILED", "2:0"), refused
+    assert ("error: this allocation cannot run sweep gpu-smoke: resources.cpu = 2 per trial, but each node of this "
+            "allocation gives Ray 1 CPU(s) (SLURM_CPUS_PER_TASK=1)") in said, said
+    assert "ray start" not in said and "MLflow server" not in said and "srun" not in said, said  # nothing started
+    name, out, trials, epochs = context["name"], context["job_output"], 2, 3
+    job = context["final_job"]["JobId"]
+    starts = distinct(rf"^ssat: job {job}, run (\d): (\w+) sweep {name};", out)
+    assert starts == [("1", "run"), ("2", "resume"), ("3", "resume")], starts
+    assert len(re.findall(rf"^ssat: time limit: job {job} requeued; its next run resumes sweep {name}$", out,
+                          flags=re.M)) == 2, out[-3000:]
+    assert len(re.findall(rf"^sent SIGINT to the driver of {name} \(pid", out, flags=re.M)) == 2, out[-3000:]
+    assert distinct(rf"^sweep {name} is INCOMPLETE: stage grid (interrupted \(Ctrl\+C\))\. Resume with:$", out) == [
+        "interrupted (Ctrl+C)"], out[-3000:]
+    assert f"sweep {name} finished; runs in {JOB_TRACKING_URI}" in out, out[-3000:]
+    assert [c["epoch"] for c in context["cuts"]] == [2, 3], context["cuts"]
+    assert_job_completed(context["final_job"], restarts=2)
+    assert_job_completed(context["job_after"], restarts=2)  # a finished sweep: not requeued
+    # Both nodes trained: in the first run each node held one paused trial (one CPU each).
+    first_hosts = sorted(lines[0]["hostname"] for lines in context["trial_results"].values())
+    assert first_hosts == context["nodes"], first_hosts
+    runs = assert_slurm_sweep_finished(context, trials, epochs)
+    for run in runs:
+        log = artifact_bytes(context["mlflow_uri"], run["info"]["run_id"], "trial.log").decode(errors="replace")
+        assert "state.pt after epoch 1" in log and "state.pt after epoch 2" in log, log[-2000:]  # resumed twice
+        assert_equals_uninterrupted_run(context["mlflow_uri"], run, epochs)
+
+
+def check_sweep_requeued_cancelled_resumed(context: dict) -> None:
+    """preempt scenario: `scontrol requeue` of the running job cut the sweep in epoch 2 and its next run resumed
+    it; `scancel` cut it in epoch 3 and left no run RUNNING, the sweep incomplete; `sbatch ... resume` went on, a
+    node died under one of its trials, SLURM marked it DOWN and the job went on: the trial was retried on the other
+    node from its checkpoint, and every epoch of every trial is logged once."""
+    name, trials, epochs = context["name"], 2, 4
+    first, out = context["first_job"], context["first_output"]
+    starts = distinct(rf"^ssat: job {first}, run (\d): (\w+) sweep {name};", out)
+    assert starts == [("1", "run"), ("2", "resume")], starts
+    stopped = re.findall(rf"^sweep {name} stopped \(SLURM ended job {first} .*\); no run of it is RUNNING\.", out,
+                         flags=re.M)
+    assert len(stopped) == 2, out[-3000:]  # the requeue's SIGTERM, then scancel's
+    cancelled = context["cancelled_job"]
+    assert (cancelled["JobState"], cancelled["Restarts"]) == ("CANCELLED", "1"), cancelled
+    # After scancel: nothing RUNNING in the store, the trials and the sweep KILLED with the reason; resumable.
+    after = context["after_cancel"]
+    assert {r["status"] for r in after.values()} == {"FINISHED", "KILLED"}, after  # the teacher FINISHED
+    killed = {k: r["ssat.status"] for k, r in after.items() if r["status"] == "KILLED"}
+    assert sorted(killed) == sorted([name, "curious|on-seed0", "curious|on-seed1"]), after
+    for reason in killed.values():
+        assert reason.startswith(f"KILLED: SLURM ended job {first} ") and f"resume with: python -m sweeps resume " \
+            f"{name} --workdir {context['storage']}" in reason, reason
+    assert context["state_after_cancel"]["status"] == "incomplete", context["state_after_cancel"]
+
+    out = context["job_output"]
+    assert distinct(rf"^ssat: job {context['resume_job']}, run (\d): (\w+) sweep {name};", out) == [("1", "resume")]
+    assert_job_completed(context["final_job"], restarts=0)
+    assert context["node_states"]["ssat-node2"].startswith("down"), context["node_states"]
+    # The trial on the node that died: epoch 3 from ssat-node2, then epoch 4 from ssat-node1 (from its checkpoint).
+    hosts = {trial: [(line["epoch"], line["hostname"]) for line in lines]
+             for trial, lines in context["trial_results"].items()}
+    moved = [h for h in hosts.values() if (3, "ssat-node2") in h]
+    assert len(moved) == 1 and moved[0][-1] == (4, "ssat-node1"), hosts
+    runs = assert_slurm_sweep_finished(context, trials, epochs)
+    logs = [artifact_bytes(context["mlflow_uri"], r["info"]["run_id"], "trial.log").decode(errors="replace")
+            for r in runs]
+    assert sum("state.pt after epoch 3" in log for log in logs) == 1, logs  # the moved trial, from epoch 3
+    markers = sorted(p.name.split("-")[0] for p in Path(context["once_dir"]).iterdir())
+    assert markers == ["hold@4_0"] * 2 + ["pause@2_1"] * 2 + ["pause@3_1"] * 2 + ["release"], markers

@@ -22,21 +22,24 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 NS_SCRIPT = HERE / "ns_cluster.py"
 TOOLS = ("unshare", "mount", "ip", "hostname", "ssh", "ssh-keygen", "rsync", "bash")
+# The SLURM scenarios (ns_slurm.py) use no ssh: SLURM and munge instead (Debian slurm-wlm, munge).
+SLURM_TOOLS = ("unshare", "mount", "ip", "hostname", "bash", "slurmctld", "slurmd", "munged", "sbatch", "scontrol",
+               "scancel", "squeue", "sinfo")
 
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
-def missing_prerequisites() -> list[str]:
+def missing_prerequisites(tools: tuple[str, ...] = TOOLS) -> list[str]:
     """What this machine lacks for the cluster tests (empty when everything is there)."""
     missing = []
     if sys.platform != "linux":
         return [f"Linux namespaces (this is {sys.platform})"]
     if os.geteuid() != 0:
         missing.append("root (unshare of PID/network/mount namespaces)")
-    missing += [f"`{tool}`" for tool in TOOLS if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
-    if not Path("/usr/sbin/sshd").exists():
+    missing += [f"`{tool}`" for tool in tools if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
+    if "ssh" in tools and not Path("/usr/sbin/sshd").exists():
         missing.append("/usr/sbin/sshd (Debian openssh-server)")
     if not (Path(sys.executable).parent / "ray").exists():
         missing.append(f"the ray CLI beside {sys.executable} (ray[default])")
@@ -48,8 +51,19 @@ def missing_prerequisites() -> list[str]:
     return missing
 
 
-def require_prerequisites() -> None:
-    missing = missing_prerequisites()
+def missing_slurm_prerequisites() -> list[str]:
+    """What the SLURM scenarios lack: their tools, and a bridge for the nodes' links (the kernel's bridge driver)."""
+    missing = missing_prerequisites(SLURM_TOOLS)
+    if not missing:
+        probe = subprocess.run(["unshare", "--net", "ip", "link", "add", "ssat-probe", "type", "bridge"],
+                               capture_output=True, text=True)
+        if probe.returncode:
+            missing.append(f"a network bridge (ip link add ... type bridge: {probe.stderr.strip()[:200]})")
+    return missing
+
+
+def require_prerequisites(missing: list[str] | None = None) -> None:
+    missing = missing_prerequisites() if missing is None else missing
     if not missing:
         return
     reason = ("cluster test prerequisites missing: " + ", ".join(missing)

@@ -4,7 +4,7 @@ import tempfile
 
 import pytest
 
-from cluster_harness import require_prerequisites
+from cluster_harness import missing_slurm_prerequisites, require_prerequisites
 from real_driver import kill_ray_leftovers, sweep_env
 
 
@@ -12,6 +12,12 @@ from real_driver import kill_ray_leftovers, sweep_env
 def cluster_prerequisites():
     """Fail in CI, skip elsewhere (saying why), when the machine cannot run the namespaced cluster tests."""
     require_prerequisites()
+
+
+@pytest.fixture
+def slurm_prerequisites():
+    """The same, for the SLURM scenarios (SLURM, munge, a network bridge)."""
+    require_prerequisites(missing_slurm_prerequisites())
 
 
 @pytest.fixture(scope="module")

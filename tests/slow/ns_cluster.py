@@ -1,7 +1,7 @@
 """The cluster scenarios of the slow tests. Runs ONLY inside the test's own namespaces.
 
     unshare --pid --net --mount --uts --fork --kill-child --mount-proc ... \
-        python tests/slow/ns_cluster.py ray-up|two-nodes|node-faults --work DIR --payload-json JSON \
+        python tests/slow/ns_cluster.py ray-up|two-nodes|node-faults|slurm-* --work DIR --payload-json JSON \
         --check MOD:FUNC --host-pidns ID --host-netns ID [--job-env-json JSON --resume-payload-json JSON]
 
 Started by cluster_harness.run_cluster_scenario (never by hand on a shared machine): it refuses to run unless
@@ -20,6 +20,8 @@ node-faults: the two-node cluster; the sweep job runs with fault injection -> it
            mid-epoch -> tracking server stopped, worker node killed (SIGKILL to its PID namespace) -> the trial
            resumes on the head -> the driver is SIGKILLed -> tracking server back -> `sweeps resume` job -> the
            check (see node_faults_scenario) -> nodes stopped -> leftovers killed by PID.
+slurm-time-limit, slurm-preempt: a SLURM cluster (munged, slurmctld, two slurmd nodes in their own network
+           namespaces) and sweeps submitted with `sbatch clusters/slurm/ray_sweep.sbatch`: see ns_slurm.py.
 
 Writes DIR/result.json: ok, error, timings (seconds), leftovers (by kind, found after teardown), check.
 Logs of every step are in DIR/logs/.
@@ -562,7 +564,15 @@ def node_faults_scenario(args, result: dict) -> None:
         nodes.stop()
 
 
-SCENARIOS = {"ray-up": ray_up_scenario, "two-nodes": two_nodes_scenario, "node-faults": node_faults_scenario}
+def slurm_scenario(args, result: dict) -> None:
+    """A SLURM cluster's scenario (ns_slurm.py, which takes its helpers from this module)."""
+    from ns_slurm import SCENARIOS as SLURM
+
+    SLURM[args.scenario](args, result)
+
+
+SCENARIOS = {"ray-up": ray_up_scenario, "two-nodes": two_nodes_scenario, "node-faults": node_faults_scenario,
+             "slurm-time-limit": slurm_scenario, "slurm-preempt": slurm_scenario}
 
 
 def main() -> int:
@@ -573,8 +583,9 @@ def main() -> int:
     parser.add_argument("--check", required=True)
     parser.add_argument("--host-pidns", required=True)
     parser.add_argument("--host-netns", required=True)
-    parser.add_argument("--job-env-json", default="{}", help="node-faults: environment of the sweep job")
-    parser.add_argument("--resume-payload-json", default="[]", help="node-faults: the resume job's arguments")
+    parser.add_argument("--job-env-json", default="{}", help="node-faults, slurm-*: environment of the sweep job")
+    parser.add_argument("--resume-payload-json", default="[]", help="node-faults, slurm-preempt: the resume job's "
+                                                                     "arguments")
     args = parser.parse_args()
     args.job_env = json.loads(args.job_env_json)
     args.resume_payload = json.loads(args.resume_payload_json)

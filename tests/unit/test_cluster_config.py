@@ -342,6 +342,21 @@ def test_sbatch_sets_auth_and_shared_storage():
     assert "ray job submit" in text and "#SBATCH --nodes=" in text
 
 
+def test_sbatch_asks_for_the_warning_the_requeue_and_checks_the_allocation_first():
+    """What the time-limit, preemption and node-failure behaviour rests on (tests/slow/test_slurm.py runs it):
+    SIGUSR1 to the batch shell before the limit, the right to requeue, a failed node not ending the job, the
+    output appended by a requeued run; and the allocation checked before any server or Ray node starts."""
+    text = SBATCH.read_text()
+    directives = re.findall(r"^#SBATCH (--[\w-]+)(?:=(\S+))?$", text, flags=re.M)
+    options = dict(directives)
+    assert re.fullmatch(r"B:USR1@\d+", options["--signal"]) and int(options["--signal"].split("@")[1]) >= 120
+    assert {"--requeue", "--no-kill", "--exclusive"} <= set(options) and options["--open-mode"] == "append"
+    plan = text.index("plan=$(python -m sweeps.slurm plan")
+    assert plan < text.index('bash "$repo/clusters/start_mlflow.sh" --host')
+    assert plan < text.index('bash "$repo/clusters/slurm/ray_node.sh"')
+    assert "trap 'stop_reason=\"time limit\"' USR1" in text and 'scontrol requeue "$job"' in text
+
+
 def test_sbatch_syntax_error_fails(tmp_path):
     bad = tmp_path / "bad.sbatch"
     bad.write_text(SBATCH.read_text().replace("done\n", "", 1))

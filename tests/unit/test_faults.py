@@ -43,3 +43,20 @@ def test_nan_fires_every_time_a_diverging_run_runs(tmp_path, monkeypatch):
     assert not faults.active("nan", 1)
     assert faults.active("nan", 2) and faults.active("nan", 2)  # a retry diverges again
     assert [p.name for p in tmp_path.iterdir()] == ["nan@2_seed=3-k-s3"]
+
+
+def test_hold_waits_for_the_release_file_then_goes_on(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("SSAT_FAULT", "hold@2:1")
+    monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(tmp_path))
+    faults.set_context(0, "k-s0")
+    held = threading.Thread(target=faults.maybe, args=("epoch", 2, 1))
+    held.start()
+    time.sleep(1.0)
+    assert held.is_alive() and (tmp_path / "hold@2_1-k-s0").exists()  # held, and the test can see it
+    (tmp_path / "release").write_text("")
+    held.join(timeout=5)
+    assert not held.is_alive()
+    faults.maybe("epoch", 2, 1)  # once per run: a retried trial is not held again
