@@ -5,7 +5,7 @@
 #   openssh-server, openssh-client  ray up reaches the "remote" head over ssh
 #   rsync                           ray up's file_mounts
 #   iproute2                        `ip link set lo up` inside the test's network namespace
-#   util-linux, mount               unshare, mount (namespaces, private /tmp)
+#   util-linux, mount               unshare, mount (namespaces, private /tmp; the small tmpfs of test_disk_full.py)
 #   procps                          ps/pkill-free inspection of leftovers (the tests kill by PID)
 #   texlive-latex-recommended       pdflatex and booktabs: tests/integration/test_latex_compiles.py builds every
 #                                   generated table (~150 MB with texlive-base and texlive-binaries)

@@ -129,3 +129,43 @@ def test_after_a_full_disk_only_the_checkpoints_it_cut_short_past_the_newest_int
     assert sorted(p.name for p in a.iterdir()) == ["checkpoint_000000"]
     assert sorted(p.name for p in b.iterdir()) == ["checkpoint_000003", "checkpoint_000004"]
     assert list(c.iterdir()) == []
+
+
+def test_the_ballast_is_written_where_fallocate_is_not_supported(tmp_path, monkeypatch):
+    def unsupported(fd, offset, length):
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(disk.os, "posix_fallocate", unsupported)
+    assert make_ballast(tmp_path / "b", 3 * MB)
+    st = os.stat(tmp_path / "b")
+    assert st.st_size == 3 * MB and st.st_blocks * 512 >= 3 * MB
+
+
+def test_a_stage_without_room_for_its_ballast_says_so_and_the_watch_stops_it(tmp_path, monkeypatch):
+    usage = type("Usage", (), {"free": 1 * MB, "total": 64 * MB})()
+    monkeypatch.setattr(disk.shutil, "disk_usage", lambda folder: usage)
+    stops, lines = [], []
+    with DiskWatch(tmp_path, tmp_path, tmp_path / "no" / "disk_reserve", 1, stops.append, lines.append,
+                   interval=0.01) as watch:
+        watch._thread.join(timeout=10)  # the watch ends once it has stopped the sweep
+    assert stops == ["disk full"] and not watch._thread.is_alive()
+    assert lines == [f"[sweep] no room for the 16.0 MB reserve in {tmp_path}", full_line(tmp_path, MB, 64 * MB, FLOOR)]
+    quiet = []
+    with DiskWatch(tmp_path, tmp_path, tmp_path / "disk_reserve", 1, print, quiet.append, interval=60):
+        pass
+    assert quiet == []  # a ballast made: nothing said
+
+
+def test_the_checkpoint_size_is_measured_again_after_30_s_of_a_late_clock(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(disk.time, "monotonic", lambda: clock[0])
+    state = tmp_path / "t" / "checkpoint_000000" / "state.pt"
+    state.parent.mkdir(parents=True)
+    state.write_bytes(b"x" * 1000)
+    watch = DiskWatch(tmp_path, tmp_path, tmp_path / "b", 1, print, print)
+    assert watch.need() == FLOOR + 1000
+    state.write_bytes(b"x" * 2000)
+    clock[0] += disk.SIZE_EVERY_S - 0.5
+    assert watch.need() == FLOOR + 1000
+    clock[0] += 0.5
+    assert watch.need() == FLOOR + 2000

@@ -57,3 +57,15 @@ def test_raylet_messages_go_to_the_sweep_log_and_to_rays_printer_outside_a_sweep
 def test_a_log_that_cannot_be_written_never_fails_the_sweep(tmp_path):
     with diverted(tmp_path / "missing" / "sweep.log") as log:
         assert log.write("dropped")
+
+
+def test_the_log_is_written_only_in_a_sweep_one_stamped_line_per_message(tmp_path):
+    import re
+
+    assert sweep_log.SweepLog().write("nowhere") is False  # no sweep runs in this process yet
+    with diverted(tmp_path / "sweep.log"):
+        sweep_log._publish_to_log({"lines": ["no pid given"]})
+        sweep_log.LOG.write("two\nlines\n\n")
+    lines = (tmp_path / "sweep.log").read_text().splitlines()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[ray \] no pid given", lines[0]), lines
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d two", lines[1]) and lines[2:] == ["lines"], lines
