@@ -80,8 +80,7 @@ def plan(specs, measured: Measurements | None = None, kinds=KINDS) -> list[Item]
     for key, cfg in need.items():
         group = ("eval", key[1], key[3]) if key[0] == "eval" else key
         items.setdefault(group, Item(key[0], [], cfg)).keys.append(key)
-    order = {"training": 0, "teacher": 1, "eval": 2}
-    return sorted(items.values(), key=lambda i: (order[i.kind], i.label))
+    return sorted(items.values(), key=lambda i: (KINDS.index(i.kind), i.label))
 
 
 def compiles(item: Item, device: str) -> bool:

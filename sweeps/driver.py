@@ -401,7 +401,7 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
         + f" in {time.perf_counter() - t1:.1f} s")
     if interrupt.requested:
         for t in out.trials:  # even one judged finished: Tune may not have completed it (kill skips ended runs)
-            if t.last_epoch >= 1:  # it reported, so its run exists (runs are made at the first report)
+            if t.last_epoch >= 1:  # one cut before its first report is ended by _end_left_running, if it started
                 tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted ({interrupt.cause}) {cut_at(t)}; "
                                                     f"resume with: {resume_command(paths)}"})
         return ""
