@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from .datasets import DATASET_INFO, AWRBatches, UnionBatches
+from .registry import add_entry
 from .step import awr_step, union_step
 
 
@@ -50,10 +51,7 @@ BATCHING_REGISTRY: dict[str, Batching] = {}
 
 def register_batching(batching: Batching) -> Batching:
     """Add a batching under its name; a taken name is refused."""
-    if batching.name in BATCHING_REGISTRY:
-        raise ValueError(f"batching {batching.name!r} is registered already")
-    BATCHING_REGISTRY[batching.name] = batching
-    return batching
+    return add_entry(BATCHING_REGISTRY, "batching", batching)
 
 
 def _union_batches(cfg, arrays, split, teacher, num_classes, device) -> UnionBatches:

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from .losses import awr_loss, mbi_loss, uat_loss
+from .registry import add_entry
 
 @dataclass(frozen=True)
 class Method:
@@ -50,13 +51,10 @@ def register_method(method: Method) -> Method:
     """Add a method under its name; a taken name or an unknown batching is refused."""
     from .batchings import BATCHING_REGISTRY
 
-    if method.name in METHOD_REGISTRY:
-        raise ValueError(f"method {method.name!r} is registered already")
     if method.batching not in BATCHING_REGISTRY:
         raise ValueError(f"method {method.name!r}: batching {method.batching!r}; allowed: "
                          f"{', '.join(BATCHING_REGISTRY)}")
-    METHOD_REGISTRY[method.name] = method
-    return method
+    return add_entry(METHOD_REGISTRY, "method", method)
 
 
 def method_names(where=lambda m: True) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .registry import add_entry
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -38,10 +40,7 @@ SCHEDULE_REGISTRY: dict[str, Schedule] = {}
 
 def register_schedule(schedule: Schedule) -> Schedule:
     """Add a schedule under its name; a taken name is refused."""
-    if schedule.name in SCHEDULE_REGISTRY:
-        raise ValueError(f"schedule {schedule.name!r} is registered already")
-    SCHEDULE_REGISTRY[schedule.name] = schedule
-    return schedule
+    return add_entry(SCHEDULE_REGISTRY, "schedule", schedule)
 
 
 def schedule_names() -> tuple[str, ...]:

@@ -1,6 +1,8 @@
 """The method, batching and schedule registries: a toy method, a toy batching and a toy schedule, each registered by
 one call in the fixtures below, are accepted by the config, dispatched by the real Trainer (one epoch on MNIST-5k)
 and shown by the dry run; nothing else had to be edited for them."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -155,12 +157,16 @@ def test_the_config_reads_the_schedule_entry(toys):
 
 
 def test_registration_refuses_a_taken_name_or_an_unknown_batching(toys):
-    with pytest.raises(ValueError, match="'rst' is registered already"):
+    with pytest.raises(ValueError, match="^method 'rst' is registered already$"):
         register_method(Method("rst", "RST", "union", toy_pgd_at, may_interpolate=False))
     with pytest.raises(ValueError, match="batching 'paired'; allowed: union, awr"):
         register_method(Method("toy-paired", "Toy", "paired", toy_pgd_at, may_interpolate=False))
-    with pytest.raises(ValueError, match="'linear' is registered already"):
+    with pytest.raises(ValueError, match="^schedule 'linear' is registered already$"):
         register_schedule(Schedule("linear", toy_step, title="Linear", label="Lin."))
+    union = BATCHING_REGISTRY["union"]
+    with pytest.raises(ValueError, match="^batching 'union' is registered already$"):
+        register_batching(dataclasses.replace(union, sizes=None))
+    assert BATCHING_REGISTRY["union"] is union
     assert "toy-paired" not in METHOD_REGISTRY and SCHEDULE_REGISTRY["linear"].eps_max is not toy_step
 
 
