@@ -102,14 +102,22 @@ def test_bad_options_name_themselves(tmp_path, capsys, flag, value, allowed):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cpu_figures_stay_out_of_the_repository(tmp_path):
+def test_cpu_figures_stay_out_of_the_repository(tmp_path, monkeypatch):
     class Args:
-        out = str(tmp_path)
+        out = str(tmp_path / "out")
 
-    assert cal.out_files(Args(), "cpu") == [tmp_path.resolve() / f"cpu-{cal.datetime.date.today()}-calibrate.json"]
-    gpu = cal.out_files(Args(), "NVIDIA H200")
-    assert gpu[0].name == f"nvidia-h200-{cal.datetime.date.today()}-calibrate.json"
-    assert gpu[1:] == [cal.RESULTS.resolve() / gpu[0].name]  # a checkout keeps a GPU's figures too
+    repo = tmp_path / "repo"  # a checkout: its .git and its results folder
+    (repo / ".git").mkdir(parents=True)
+    (repo / "benchmarks" / "results").mkdir(parents=True)
+    monkeypatch.setattr(cal, "ROOT", repo)
+    monkeypatch.setattr(cal, "RESULTS", repo / "benchmarks" / "results")
+    today = cal.datetime.date.today()
+    out = (tmp_path / "out").resolve()
+    assert cal.out_files(Args(), "cpu") == [out / f"cpu-{today}-calibrate.json"]
+    name = f"nvidia-h200-{today}-calibrate.json"
+    assert cal.out_files(Args(), "NVIDIA H200") == [out / name, (repo / "benchmarks" / "results").resolve() / name]
+    (repo / ".git").rmdir()  # an installed copy (no checkout) keeps them in the user's folder only
+    assert cal.out_files(Args(), "NVIDIA H200") == [out / name]
 
 
 # ---- how a figure is timed ------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ NOW = 1_800_000_000.0
 @pytest.fixture
 def sleeper():
     """A live process that is not this one: a driver stand-in."""
-    proc = subprocess.Popen(["sleep", "300"])
+    # SIGINT's default restored: a shell's background job (`make test &`) starts its children with it ignored
+    proc = subprocess.Popen(["sleep", "300"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     yield proc
     if proc.poll() is None:
         proc.kill()

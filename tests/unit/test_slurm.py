@@ -191,7 +191,7 @@ def runs_by_key(uri: str) -> dict:
 def test_settle_stops_the_driver_and_leaves_nothing_running(work, store, capsys, ignores_sigint):  # noqa: F811
     started_sweep(work, store)
     code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(300)" if ignores_sigint \
-        else "import time; time.sleep(300)"
+        else "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); time.sleep(300)"
     driver = subprocess.Popen([sys.executable, "-c", code])
     try:
         time.sleep(0.5)  # its SIGINT handler is in place
