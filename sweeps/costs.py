@@ -363,7 +363,7 @@ def teacher_cost(cfg: Config, m: Measurements) -> Cost:
 def needed_figures(spec: Spec) -> dict[tuple, Config]:
     """(kind, *key) -> a config that needs it: every figure the sweep's GPU cost rests on (what `calibrate`
     measures). A sweep of CPU trials (resources.gpu 0) needs none."""
-    if not trials_per_gpu(spec.resources.get("gpu", 0)):
+    if not trials_per_gpu(spec.resources["gpu"]):
         return {}
     us, out = units(spec), {}
     for u in us:
@@ -443,7 +443,7 @@ def _teachers(us: list[Unit]) -> list[Config]:
 
 def _gpu_costs(spec: Spec, us: list[Unit], m: Measurements) -> tuple[list[dict[str, Cost]], list[Cost], list[str]]:
     """Per unit its stages' GPU-hours per trial (packing applied), the teachers' costs, and the packing notes."""
-    n = trials_per_gpu(spec.resources.get("gpu", 0))
+    n = trials_per_gpu(spec.resources["gpu"])
     if n == 0:
         return [{s: Cost(0.0) for s in TRIAL_STAGES} for _ in us], [], [
             "resources.gpu 0: the trials run on CPUs; no GPU-hours"]

@@ -1,4 +1,5 @@
 """AutoAttack attack by attack, read back from a real MLflow store: the chain per run and the masking hint."""
+import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.autoattack_breakdown import breakdown, main, render
@@ -34,3 +35,18 @@ def test_breakdown_per_run_and_the_square_drop(tmp_path, capsys):
     assert "masked" in out.out and "1 of 2 run(s): Square found" in out.err
     assert main(["--experiment", "aa", "--tracking-uri", uri, "--checkpoint", "last"]) == 2
     assert "no run holds AutoAttack's per-attack results at checkpoint 'last'" in capsys.readouterr().err
+
+
+def test_the_command_line_names_itself_and_refuses_an_unknown_checkpoint(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m analysis.autoattack_breakdown ")
+    words = " ".join(out.split())  # argparse wraps the description: the docstring's first line, whole, and no more
+    assert ("AutoAttack, attack by attack: the robust accuracy after APGD-CE, APGD-T, FAB-T and Square for every run "
+            "that options:") in words
+    with pytest.raises(SystemExit) as exc:
+        main(["--experiment", "x", "--checkpoint", "middle"])
+    assert exc.value.code == 2
+    assert "--checkpoint: invalid choice: 'middle' (choose from" in capsys.readouterr().err

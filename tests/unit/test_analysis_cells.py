@@ -508,3 +508,29 @@ def test_training_time_compares_the_precision_a_run_trained_in():
     reasons = res.excluded.groupby("run_id")["reason"].first()
     assert reasons[recs[2]["run_id"]] == reasons[recs[4]["run_id"]] == "training precision 'bf16', table needs 'fp32'"
     assert reasons[recs[3]["run_id"]] == "training precision 'auto', table needs 'fp32'"
+
+
+# ---- row functions and run names, on hand-made run records ---------------------------------------------------
+def test_sweep_row_names_an_ssat_mbi_run_by_the_swept_value_and_drops_the_rest():
+    from analysis.table_specs import sweep_row
+
+    row = sweep_row("method.beta")
+    run = {"param.method.name": "ssat-mbi", "param.method.beta": "0.40", "meta.kind": "trial"}
+    assert row(run) == "beta=0.4"  # the dotted name's last part, the value as %g
+    assert row({**run, "param.method.beta": "1"}) == "beta=1"
+    assert row({**run, "param.method.name": "rst"}) is None  # Figs. 4-5 are SSAT-MBI's
+    assert row({**run, "meta.kind": "teacher"}) is None
+    assert row({k: v for k, v in run.items() if k != "param.method.beta"}) is None  # not swept in this run
+    assert row({**run, "param.method.beta": float("nan")}) is None
+    assert sweep_row("rho0")({**run, "param.rho0": 0.25}) == "rho0=0.25"  # a name without a section
+
+
+def test_run_name_says_which_run_with_what_it_knows():
+    from analysis.table_specs import run_name
+
+    full = {"run_name": "r1", "run_id": "abc", "experiment": "sweep-x"}
+    assert run_name(full) == "'r1' (experiment 'sweep-x', id abc)"
+    assert run_name({"run_id": "abc"}) == "'abc' (id abc)"
+    assert run_name({"run_name": "r1", "experiment": "sweep-x"}) == "'r1' (experiment 'sweep-x')"
+    assert run_name({"run_name": "r1"}) == "'r1'"
+    assert run_name({}) == "'(unnamed)'"

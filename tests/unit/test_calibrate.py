@@ -13,7 +13,8 @@ from ssat.config import from_dict
 from ssat.presets import preset
 from sweeps import calibrate as cal
 from sweeps import measure
-from sweeps.costs import Measurements, calibration_dir, needed_figures, read_records
+from sweeps.costs import (Measurements, calibration_dir, eval_key, needed_figures, read_records, teacher_figure_key,
+                          training_key)
 from sweeps.dryrun import dry_run
 from sweeps.spec import load_spec, parse_spec
 
@@ -33,6 +34,28 @@ def test_the_figures_of_a_spec_are_what_its_cost_model_asks_for():
     assert all(k[3] is False for k in need if k[0] == "eval")  # eval.tf32 off: strict fp32 figures
     # trials on CPUs need no GPU figure at all
     assert needed_figures(load_spec(TINY, cpu_only=True)) == {}
+
+
+def test_each_figure_comes_with_a_config_that_needs_it():
+    need = needed_figures(load_spec(TINY))
+    for key, cfg in need.items():  # calibrate builds the figure's process from this config
+        derive = {"training": lambda: training_key(cfg), "teacher": lambda: teacher_figure_key(cfg),
+                  "eval": lambda: eval_key(cfg, key[2])}[key[0]]
+        assert key[1:] == derive(), key
+    # the AWR figure is measured on an AWR config, not the first trial's
+    (awr,) = [cfg for key, cfg in need.items() if key[0] == "training" and key[2] == "ssat-mbi-awr"]
+    assert awr.method.name == "ssat-mbi-awr"
+
+
+def test_a_search_trial_needs_no_final_evaluation_figure():
+    """Search trials end without a final evaluation (sweeps/trainable.py): AutoAttack on seed 0 only, run by the
+    search's seed 0 and never by the confirm seed, is not a figure the sweep needs."""
+    raw = {"name": "s", "preset": "mnist5k-ssat-mbi", "epochs": 4, "seeds": [0], "resources": {"cpu": 1, "gpu": 0.25},
+           "overrides": {"eval.autoattack_seeds": [0]},
+           "search": {"num_samples": 2, "space": {"method.beta": {"float": [0.0, 1.0]}},
+                      "confirm": {"top_k": 1, "seeds": [10]}}}
+    attacks = {k[2] for k in needed_figures(parse_spec(raw)) if k[0] == "eval"}
+    assert attacks == {"clean", "pgd10", "pgd20", "pgd40"}  # validation, the confirm trial's PGD-k, no AutoAttack
 
 
 def test_plan_groups_a_models_evaluation_into_one_process_and_skips_what_is_measured(tmp_path):
