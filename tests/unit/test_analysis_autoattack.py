@@ -33,6 +33,10 @@ def test_breakdown_per_run_and_the_square_drop(tmp_path, capsys):
     assert main(["--experiment", "aa", "--tracking-uri", uri]) == 0
     out = capsys.readouterr()
     assert "masked" in out.out and "1 of 2 run(s): Square found" in out.err
+    assert out.out.startswith("| run |")  # Markdown by default
+    assert main(["--experiment", "aa", "--tracking-uri", uri, "--format", "csv", "--out", str(tmp_path / "aa.csv")]) == 0
+    assert capsys.readouterr().out == ""  # written to --out, not printed
+    assert (tmp_path / "aa.csv").read_text().startswith("run_name,row,seed,apgd-ce,apgd-t,fab-t,square,square_drop\nhonest,")
     assert main(["--experiment", "aa", "--tracking-uri", uri, "--checkpoint", "last"]) == 2
     assert "no run holds AutoAttack's per-attack results at checkpoint 'last'" in capsys.readouterr().err
 
@@ -46,7 +50,12 @@ def test_the_command_line_names_itself_and_refuses_an_unknown_checkpoint(capsys)
     words = " ".join(out.split())  # argparse wraps the description: the docstring's first line, whole, and no more
     assert ("AutoAttack, attack by attack: the robust accuracy after APGD-CE, APGD-T, FAB-T and Square for every run "
             "that options:") in words
+    assert "--out OUT write here instead of printing" in words
     with pytest.raises(SystemExit) as exc:
         main(["--experiment", "x", "--checkpoint", "middle"])
     assert exc.value.code == 2
-    assert "--checkpoint: invalid choice: 'middle' (choose from" in capsys.readouterr().err
+    assert "--checkpoint: invalid choice: 'middle' (choose from 'best', 'last')" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["--experiment", "x", "--format", "json"])
+    assert exc.value.code == 2
+    assert "--format: invalid choice: 'json' (choose from 'md', 'csv')" in capsys.readouterr().err
