@@ -388,7 +388,7 @@ def packing_factor(n: int, model: str, mode: str, m: Measurements) -> tuple[floa
     packing record of n and 1 trials of this model on this GPU: no gain (time slicing), said so."""
     if n <= 1:
         return 1.0, ""
-    graphed = mode in ("graph", "graph+compile")
+    graphed = mode.startswith("graph")  # engine_mode: graph, graph+compile, either with +fused
     for mps, graph in ((True, graphed), (True, not graphed), (False, graphed), (False, not graphed)):
         at_n, at_1 = (m.figure("packing", model, mps, graph, k) for k in (n, 1))
         if at_n and at_1:

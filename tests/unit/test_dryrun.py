@@ -279,7 +279,8 @@ def test_a_search_counts_search_trials_without_and_confirm_trials_with_final_eva
 
 def test_cpu_trials_cost_no_gpu_hours(tmp_path):
     est = estimate(tiny_spec(resources={"cpu": 1, "gpu": 0}), "t1000", fake_results(tmp_path))
-    assert est["total"] == {"gpu_hours": 0, "complete": True} and est["packing"][0].startswith("resources.gpu 0")
+    assert est["total"] == {"gpu_hours": 0, "complete": True} and est["packing"] == [
+        "resources.gpu 0: the trials run on CPUs; no GPU-hours"]
 
 
 def test_docs_costs_page_is_generated_from_the_current_measurements():
