@@ -59,3 +59,17 @@ def test_the_command_line_names_itself_and_refuses_an_unknown_checkpoint(capsys)
         main(["--experiment", "x", "--format", "json"])
     assert exc.value.code == 2
     assert "--format: invalid choice: 'json' (choose from 'md', 'csv')" in capsys.readouterr().err
+
+
+def test_breakdown_of_hand_made_runs_empty_or_unsorted():
+    import pandas as pd
+
+    columns = ["run_name", "row", "seed", "apgd-ce", "apgd-t", "fab-t", "square", "square_drop"]
+    assert list(breakdown(pd.DataFrame()).columns) == columns
+    assert list(breakdown(pd.DataFrame({"run_name": ["a"]})).columns) == columns  # no AutoAttack results
+    chain = {f"metric.test/best/autoattack/{a}": [50, 40, 30] for a in ("apgd-ce", "apgd-t", "fab-t", "square")}
+    runs = pd.DataFrame({"run_name": ["c", "b", "a"], "meta.row": [None, "r", "r"], "meta.seed": [0, 1, 0],
+                         **chain})
+    table = breakdown(runs)
+    assert list(table.run_name) == ["a", "b", "c"]  # by row and seed; a run without a row last
+    assert list(table.index) == [0, 1, 2] and table["apgd-ce"].dtype == float
