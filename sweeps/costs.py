@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ssat.config import Config
@@ -149,7 +149,6 @@ class Figure:
     value: float
     runs: int
     files: tuple[str, ...]
-    extra: dict = field(default_factory=dict, compare=False)
 
     def cite(self) -> str:
         return f"{'median of %d' % self.runs if self.runs > 1 else '1 run'}: {', '.join(self.files)}"
@@ -178,25 +177,22 @@ class Measurements:
         runs = self.table.get((kind, *key))
         if not runs:
             return None
-        acc = [r["robust_acc"] for _, _, r in runs if isinstance(r.get("robust_acc"), (int, float))]
-        return Figure(statistics.median(v for v, _, _ in runs), len(runs), tuple(sorted({f for _, f, _ in runs})),
-                      {"robust_acc": statistics.median(acc)} if acc else {})
+        return Figure(statistics.median(v for v, _, _ in runs), len(runs), tuple(sorted({f for _, f, _ in runs})))
 
 
 # ---- what will run on a GPU ---------------------------------------------------------------------------
 def engine_mode(cfg) -> str:
     """The step engine a trial runs on a GPU: "graph+compile", "graph", "compile" or "eager" (+ "+fused" with fused
     forwards: system.fused_forward auto or on, and a model without dropout), from cfg.system
-    alone (graph_mode "auto"/"on"/"off" or a bool; compile "auto", "off" or a torch.compile mode) by the step
+    alone (graph_mode "auto"/"on"/"off", the config having read a bool as on/off; compile "auto", "off" or a torch.compile mode) by the step
     engine's own rules (ssat/engine.py compile_mode and graph_plan): on CUDA auto compiles ("default") and auto
     graph mode captures, for union and AWR methods alike, unless the compile mode captures CUDA graphs itself. A
     capture that fails at run time (the trainer then steps eagerly, with the reason) is not foreseen here."""
     from ssat.engine import compile_mode, graph_plan
 
     s = cfg.system
-    graph = ("on" if s.graph_mode else "off") if isinstance(s.graph_mode, bool) else s.graph_mode
     compiled = compile_mode(s.compile, "cuda")
-    capture, _ = graph_plan(graph, "cuda", compiled)
+    capture, _ = graph_plan(s.graph_mode, "cuda", compiled)
     fused = s.fused_forward != "off" and cfg.model.dropout == 0  # ssat.engine.fused_plan on CUDA: dropout refuses
     return {(True, True): "graph+compile", (True, False): "graph", (False, True): "compile"}.get(
         (capture, compiled != "off"), "eager") + ("+fused" if fused else "")

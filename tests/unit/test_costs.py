@@ -88,3 +88,34 @@ def test_an_evaluation_names_its_figures_with_tf32_and_the_robust_share():
     assert "mnist5k" not in AA_SHARES
     (_, apgd_ce, *_) = attack_cost({"autoattack": 1000}, mnist, m_all).sources
     assert apgd_ce.endswith("images, 1 run: e.log; run on every image (an upper bound)")
+
+
+def test_validation_images_follow_the_configs_validation_set():
+    from sweeps.costs import validation_epochs, validation_images
+
+    cfg = from_dict(preset("cifar10-ssat-mbi"), {"data.n_val": 300})
+    n = validation_epochs(cfg) * 300
+    assert validation_images(cfg) == {"clean": n, "pgd10": n}  # the config's own n_val, not the dataset's
+    assert validation_images(from_dict(preset("cifar10-ssat-mbi"), {"data.n_val": 0})) == {}  # nothing to validate
+
+
+def test_autoattack_on_two_checkpoints_runs_twice_and_an_unknown_dataset_on_every_image():
+    from sweeps.costs import TEST_IMAGES, attack_work, final_images
+
+    cfg = from_dict(preset("cifar10-ssat-mbi"), {"eval.checkpoints": ["best", "last"], "eval.autoattack_n": 500,
+                                                 "eval.autoattack_checkpoints": ["best", "last"], "eval.test_n": None})
+    out = final_images(cfg, "grid")
+    assert out["autoattack"] == 2 * 500 and out["clean"] == 2 * TEST_IMAGES["cifar10"]
+    assert attack_work({"autoattack": 1000}, "no-such-dataset") == {
+        "clean": 1000, "apgd-ce": 1000, "apgd-t": 1000, "fab-t": 1000, "square": 1000}
+
+
+def test_calibration_dir_without_settings_is_the_users_cache(monkeypatch, tmp_path):
+    from sweeps.costs import calibration_dir
+
+    monkeypatch.delenv("SSAT_CALIBRATION_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert calibration_dir() == tmp_path / ".cache" / "ssat-sweeps" / "calibration"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert calibration_dir() == tmp_path / "xdg" / "ssat-sweeps" / "calibration"

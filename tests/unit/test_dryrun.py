@@ -99,15 +99,18 @@ def test_engine_mode_is_what_runs_on_a_gpu():
                                            method=SimpleNamespace(name=method), model=SimpleNamespace(dropout=dropout)))
 
     assert mode("auto", "auto") == mode("auto", "auto", "ssat-mbi-awr") == "graph+compile"  # union and AWR
-    assert mode("on", "off") == mode(True, "off") == "graph"
-    assert mode("off", "auto") == mode(False, "default") == "compile"
-    assert mode("off", "off") == mode(False, "off") == "eager"
+    assert mode("on", "off") == "graph"
+    assert mode("off", "auto") == mode("off", "default") == "compile"
+    assert mode("off", "off") == "eager"
     assert mode("auto", "reduce-overhead") == "compile"  # it captures CUDA graphs itself: graph mode stays off
     assert mode("on", "max-autotune-no-cudagraphs") == "graph+compile"
     assert mode("auto", "auto", fused="auto") == mode("auto", "auto", fused="on") == "graph+compile+fused"
     assert mode("auto", "auto", fused="auto", dropout=0.3) == "graph+compile"  # dropout: separate forwards
     assert engine_mode(from_dict(preset("cifar10-ssat-mbi-awr"))) == "graph+compile+fused"  # the defaults
+    # a config read graph_mode: true/false as on/off
     assert engine_mode(from_dict(preset("cifar10-rst"), {"system.graph_mode": False})) == "compile+fused"
+    assert engine_mode(from_dict(preset("cifar10-rst"), {"system.graph_mode": True, "system.compile": "off"})) == \
+        "graph+fused"
 
 
 def test_validations_and_final_evaluation_follow_the_trainer():
