@@ -534,3 +534,13 @@ def test_run_name_says_which_run_with_what_it_knows():
     assert run_name({"run_name": "r1", "experiment": "sweep-x"}) == "'r1' (experiment 'sweep-x')"
     assert run_name({"run_name": "r1"}) == "'r1'"
     assert run_name({}) == "'(unnamed)'"
+
+
+def test_dataset_and_group_from_params_tags_or_the_group():
+    from analysis.table_specs import dataset_group, dataset_of
+
+    assert dataset_of({"meta.dataset": "svhn"}) == "svhn"  # a teacher's tag
+    assert dataset_of({"param.data.dataset": "cifar10", "meta.dataset": "svhn"}) == "cifar10"
+    assert dataset_group({"param.data.dataset": "cifar10", "param.model.name": "wrn-28-5"}) == "cifar10/wrn-28-5"
+    assert dataset_group({"param.data.dataset": "cifar10"}) == "cifar10"  # no model: the dataset alone
+    assert dataset_group({"param.model.name": "wrn-28-5", "meta.dataset": "svhn"}) == "svhn"

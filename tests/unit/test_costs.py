@@ -119,3 +119,83 @@ def test_calibration_dir_without_settings_is_the_users_cache(monkeypatch, tmp_pa
     assert calibration_dir() == tmp_path / ".cache" / "ssat-sweeps" / "calibration"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert calibration_dir() == tmp_path / "xdg" / "ssat-sweeps" / "calibration"
+
+
+# ---- records read back, by kind ------------------------------------------------------------------------------
+def test_evaluation_records_in_seconds_or_per_1000_and_nothing_else():
+    from sweeps.costs import _eval
+
+    base = {"bench": "eval", "eval_model": "m", "attack": "clean"}
+    assert _eval({**base, "seconds": 2.0, "n": 500}) == (("m", "clean", False), 4.0)
+    assert _eval({**base, "seconds": 2.0}) is None  # no image count: no rate
+    assert _eval({**base, "s_per_1000": 0}) is None
+    assert _eval({**base, "s_per_1000": 3, "tf32": 1}) == (("m", "clean", True), 3.0)
+
+
+def test_packing_records_need_both_numbers_and_every_trial_finished():
+    from sweeps.costs import _packing
+
+    rec = {"model": "m", "packed_trials": 4, "total_images_per_s": 200}
+    assert _packing(rec) == (("m", False, False, 4), 200.0)  # no graph_mode: eager steps
+    assert _packing({**rec, "graph_mode": "captured", "mps": 1}) == (("m", True, True, 4), 200.0)  # one string
+    assert _packing({**rec, "graph_mode": ["captured", "off"]})[0][2] is False  # one trial fell back: not graphed
+    assert _packing({**rec, "total_images_per_s": None}) is None
+    assert _packing({**rec, "packed_trials": 0}) is None
+    assert _packing({**rec, "finished": 3}) is None
+
+
+def test_teacher_and_training_records_of_another_bench_are_not_theirs():
+    from sweeps.costs import _teacher, _training
+
+    teacher = {"bench": "teacher", "teacher_model": "m", "precision": "bf16", "steps_per_s": 5, "compile": "off"}
+    assert _teacher(teacher) == (("m", "bf16"), 5.0)
+    assert _teacher({**teacher, "bench": "trainer"}) is None
+    assert _teacher({**teacher, "steps_per_s": 0}) is None
+    trainer = {"trainer_model": "m", "cifar10_epoch_s": 9, "precision": "bf16", "mode": "eager"}
+    assert _training(trainer) == (("m", "ssat-mbi", "eager", "bf16"), 9.0)  # an old record: no bench, SSAT-MBI
+    assert _training({**trainer, "bench": "eval"}) is None
+    assert _training({**trainer, "bench": "trainer", "method": "rst"})[0][1] == "rst"
+
+
+def test_the_step_engine_of_an_old_record_from_its_compile_and_graph_keys():
+    from sweeps.costs import record_mode
+
+    assert record_mode({"mode": "graph+compile+fused"}) == "graph+compile+fused"
+    assert record_mode({}) == record_mode({"compile": False}) == record_mode({"compile": None}) == "eager"
+    assert record_mode({"compile": "default"}) == "compile"
+    assert record_mode({"compile": "default", "graph_mode": "captured"}) == "graph+compile"
+    assert record_mode({"compile": "off", "graph_mode": "captured"}) == "graph"
+
+
+def test_measured_devices_are_gpus_with_a_usable_figure():
+    from sweeps.costs import measured_devices
+
+    usable = {"bench": "eval", "eval_model": "m", "attack": "clean", "s_per_1000": 1.0}
+    recs = [{**usable, "_device": "G1"}, {**usable, "_device": "CPU (not a GPU figure)"}, {**usable, "_device": "cpu"},
+            {**usable, "_device": None}, {"bench": "eval", "_device": "G2"}]  # G2: a line with no figure
+    assert measured_devices(recs) == ["G1"]
+
+
+def test_the_units_of_a_grid_and_of_a_search(tmp_path):
+    from sweeps.costs import estimate, units
+    from sweeps.spec import parse_spec
+
+    grid = {"name": "g", "preset": "cifar10-ssat-mbi", "epochs": 4, "seeds": [0, 1],
+            "resources": {"cpu": 1, "gpu": 0.25}, "grid": [{"row": "r", "set": {}}]}
+    assert [(u.row, u.seed, u.stage, u.count) for u in units(parse_spec(grid))] == [("r", 0, "grid", 1),
+                                                                                  ("r", 1, "grid", 1)]
+    search = {**grid, "grid": None, "seeds": [0], "search": {"num_samples": 6, "space": {
+        "method.beta": {"float": [0.0, 1.0]}}, "confirm": {"top_k": 2, "seeds": [10, 11]}}}
+    del search["grid"]
+    us = units(parse_spec(search))
+    assert [(u.row, u.seed, u.stage, u.count) for u in us] == [
+        ("search", 0, "search", 6), ("confirm top-2", 10, "confirm", 2), ("confirm top-2", 11, "confirm", 2)]
+    assert [u.cfg.seed for u in us] == [0, 10, 11]
+    est = estimate(parse_spec(search), "G", [{**pack(1, 1.0, True, True), "_device": "G"}])
+    per_trial = 4 * 3.06 / 60  # hours: 4 epochs at the paper's 3.06 min (WRN-28-5, CIFAR-10, union batching)
+    assert est["paper_training"]["gpu_hours"] == pytest.approx((6 + 2 + 2) * per_trial)
+    assert [{k: u[k] for k in ("row", "seed", "stage", "count")} for u in est["units"]] == [
+        {"row": "search", "seed": 0, "stage": "search", "count": 6},
+        {"row": "confirm top-2", "seed": 10, "stage": "confirm", "count": 2},
+        {"row": "confirm top-2", "seed": 11, "stage": "confirm", "count": 2}]
+    assert {u["mode"] for u in est["units"]} == {"graph+compile+fused"}

@@ -43,3 +43,11 @@ PINNED = {
 def test_preset_config_hash_is_unchanged(name):
     assert name in PRESETS, f"preset {name!r} is gone"
     assert from_dict(preset(name)).config_hash() == PINNED[name]
+
+
+def test_the_hash_leaves_the_seed_out_unless_asked():
+    from ssat.config_hash import config_hash
+
+    a, b = from_dict(preset("mnist5k-ssat-mbi"), {"seed": 0}), from_dict(preset("mnist5k-ssat-mbi"), {"seed": 1})
+    assert config_hash(a) == config_hash(b) == a.config_hash()
+    assert config_hash(a, exclude_seed=False) != config_hash(b, exclude_seed=False)
