@@ -230,3 +230,13 @@ def test_a_spec_with_a_gpu_share_given_on_the_command_line(tmp_path):
 
     with pytest.raises(SpecError, match=r"--gpu-share: 2; allowed: a share of one GPU, 0 <= gpu <= 1"):
         parse_spec(raw, gpu_share=2)
+
+
+def test_pgds_rate_from_two_timings_and_when_noise_swamps_the_difference():
+    start, per_iter, how = measure.pgd_rate(3.0, 7.0, 2, 6, 100)  # 1 s an iteration on 100 images, 1 s the rest
+    assert (start, per_iter) == (pytest.approx(0.01), pytest.approx(0.01))
+    assert how.format(k=20) == "PGD-2 and PGD-6 on 100 images; 20 iterations at the difference's rate + the rest of PGD-2"
+    for t_hi in (3.0, 2.5):  # PGD-6 no slower than PGD-2 on a busy machine: no zero rate, no division by zero
+        start, per_iter, how = measure.pgd_rate(3.0, t_hi, 2, 6, 100)
+        assert (start, per_iter) == (0.0, pytest.approx(t_hi / 6 / 100)) and 1 / per_iter > 0
+        assert how.format(k=10).endswith("no difference to time); 10 iterations at that rate, an upper bound")
