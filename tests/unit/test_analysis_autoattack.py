@@ -80,3 +80,11 @@ def test_breakdown_of_hand_made_runs_empty_or_unsorted():
     table = breakdown(runs)
     assert list(table.run_name) == ["a", "b", "c"]  # by row and seed; a run without a row last
     assert list(table.index) == [0, 1, 2] and table["apgd-ce"].dtype == float
+
+
+def test_any_drop_at_square_is_flagged():
+    import pandas as pd
+
+    row = {"run_name": "r", "row": "x", "seed": 0, "apgd-ce": 50.0, "apgd-t": 49.0, "fab-t": 49.0, "square": 48.5,
+           "square_drop": 0.5}
+    assert render(pd.DataFrame([row])).splitlines()[-1] == "| r | x | 0 | 50.00 | 49.00 | 49.00 | 48.50 | 0.50 (masking?) |"

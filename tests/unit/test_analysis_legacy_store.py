@@ -199,7 +199,7 @@ def test_a_method_without_a_label_is_an_error_naming_the_run(raw_records):
         build_table(runs, "main", allow_subset=True, any_tag=True)
     text = str(err.value)
     assert "method 'toy-at' has no label" in text and "no ssat.method_label tag" in text
-    assert "ssat/methods.py" in text and "RST-seed" in text and "experiment 'before-issue27'" in text
+    assert "Give its entry in ssat/methods.py a label" in text and "RST-seed" in text and "experiment 'before-issue27'" in text
     assert "ssat-mbi, rst, uat++, trades, srst-awr, ssat-mbi-awr" in text  # the methods the legacy map knows
     build_table(runs, "ablation", allow_subset=True)  # a table that does not show the method is not hindered
 
