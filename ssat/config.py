@@ -29,7 +29,7 @@ AWR_FORWARDS = ("single", "authors")
 DEVICES = ("auto", "cpu", "cuda")
 COMPILE_MODES = ("auto", "off", "default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 SWITCHES = ("auto", "on", "off")
-SWITCH_FIELDS = ("system.graph_mode", "system.fused_forward")
+SWITCH_FIELDS = ("system.graph_mode", "system.fused_forward", "system.fold_bn")
 PGD_FORWARDS = ("weighted", "always")
 
 
@@ -199,6 +199,10 @@ class SystemConfig:
     fused_forward: str = "auto"        # a step's train-mode forwards (x, x_adv, x_pgd) as one forward over their
                                        # concatenation, BatchNorm statistics kept per batch (ssat/segmented.py; exact
                                        # up to convolution rounding): auto = on for CUDA, on, off
+    fold_bn: str = "auto"              # eval-mode forwards (the attack, the interpolation search, validation and
+                                       # test) with each BatchNorm folded into the convolution before it
+                                       # (ssat/folding.py; exact up to float rounding): auto = on for CPU, on, off;
+                                       # never with torch.compile (it fuses them itself)
     compile_cache: str | None = None   # a folder shared by a sweep's trials: torch.compile's caches as one verified
                                        # bundle per (torch, GPU, model, method, ...) key; None: this machine's own
     cudnn_benchmark: bool = True       # cuDNN picks the fastest convolution algorithms (CUDA runs; reset per trial)
@@ -459,6 +463,7 @@ def validate(cfg: Config) -> None:
     _one_of("system.compile", s.compile, COMPILE_MODES)
     _one_of("system.graph_mode", s.graph_mode, SWITCHES)
     _one_of("system.fused_forward", s.fused_forward, SWITCHES)
+    _one_of("system.fold_bn", s.fold_bn, SWITCHES)
     _one_of("method.pgd_forward", m.pgd_forward, PGD_FORWARDS)
     _need(0 < m.rho0 < 1, f"method.rho0: {m.rho0} is out of range; allowed: 0 < rho0 < 1 "
           "(and 2*rho0 < 1 when rho_double_epoch is set)")

@@ -23,14 +23,14 @@ HASHED_ONLY_WHERE = {("method", "pgd_forward"): lambda cfg: cfg.method.interpola
 # Performance switches and evaluation-only choices, hashed as the value given here whatever they hold (they were
 # hashed with that value before they were declared so: every key made then stays); None: not hashed at all.
 PERF_FIELDS = {("system", "compile"): "off", ("system", "graph_mode"): None, ("system", "cudnn_benchmark"): None,
-               ("system", "fused_forward"): None,
+               ("system", "fused_forward"): None, ("system", "fold_bn"): None,
                ("eval", "autoattack_checkpoints"): ["best", "last"]}
 
 
 def config_hash(cfg, exclude_seed: bool = True) -> str:
     """12 hex chars identifying what `cfg` (an ssat.config.Config) trains. Locations and resources (data.root,
     data.teacher_dir, system.device/threads/cuda_memory_fraction/compile_cache) and performance switches
-    (PERF_FIELDS: compile, graph mode, cuDNN autotuning, fused forwards) are left out: moving the data, changing a
+    (PERF_FIELDS: compile, graph mode, cuDNN autotuning, fused forwards, folded BatchNorm) are left out: moving the data, changing a
     GPU share or speeding the step up does not make another experiment."""
     d = cfg.to_dict()
     if exclude_seed:

@@ -16,6 +16,8 @@ What it decides, each from system.* and the device (docs/performance.md has the 
   optimiser and the scaler) captured as one CUDA graph and replayed on static copies of each batch;
 - fused forwards (system.fused_forward; auto is on for CUDA): a step's train-mode forwards as one forward over
   their concatenation, BatchNorm statistics per batch (ssat/segmented.py);
+- folded BatchNorm (system.fold_bn; auto is on for CPU): the attack's eval-mode forwards with each BatchNorm folded
+  into the convolution before it (ssat/folding.py);
 - the step's statistics, added on the device into StepStats.
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 import torch.nn as nn
 from torch.profiler import record_function
 
+from .folding import FoldedEval, fold_plan
 from .runtime import training_precision
 
 GRAPH_WARMUP = 3  # eager steps before each CUDA-graph capture (cuDNN autotuning, lazy allocations)
@@ -258,7 +261,9 @@ class Engine:
                      "graph": capture, "fused": self.fused_status == "on", "sizes": list(sizes)}
             self.cache = CompileCache(s.compile_cache, parts, log)
             self.cache.activate()  # before the first compile
-        self.net = model if self.compile == "off" else torch.compile(model, mode=self.compile)
+        fold, self.fold_status = fold_plan(s.fold_bn, device.type, self.compile, model)
+        self.eager_net = FoldedEval(model) if fold else model  # what a batch of another size runs
+        self.net = self.eager_net if self.compile == "off" else torch.compile(model, mode=self.compile)
         self.scaler = DeviceScaler(opt, device) if self.precision == "fp16" else None
         self.sizes, self.first_step_at = sizes, None
         self.graph = GraphStep(self._step, sizes, opt) if capture else None
@@ -291,7 +296,7 @@ class Engine:
         if self.graph is not None and full and not poison:
             self._graph_step(batch, sched, acc)
         else:
-            self._step(batch, sched, acc, poison, net=self.net if full else self.model)
+            self._step(batch, sched, acc, poison, net=self.net if full else self.eager_net)
             acc.eager_steps += 1
         acc.count(*self.counts(batch))
         if self.first_step_at is None:  # once per process: when training began (compile and capture behind it)
@@ -352,4 +357,4 @@ class Engine:
         """What ran and why, for the run's reproducibility record."""
         return {"precision": self.precision, "channels_last": self.channels_last, "compile": self.compile,
                 "graph_mode": self.graph_status, "fused_forward": self.fused_status,
-                "compile_cache": self.cache.status if self.cache else "not shared"}
+                "fold_bn": self.fold_status, "compile_cache": self.cache.status if self.cache else "not shared"}

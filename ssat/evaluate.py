@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from .attacks import pgd
+from .folding import FoldedEval, fold_plan
 from .runtime import eval_mode, resolve_device
 
 AA_ATTACKS = ["apgd-ce", "apgd-t", "fab-t", "square"]
@@ -155,14 +156,19 @@ def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0, log=print) -> t
 
 def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, checkpoint: str,
                    pgd_steps=(10, 20, 40), autoattack: bool = True, autoattack_n: int | None = None,
-                   batch_size: int = 500, subset: str = "full", tf32: bool = False, log=print) -> dict[str, dict]:
+                   batch_size: int = 500, subset: str = "full", tf32: bool = False, fold_bn: str = "off",
+                   log=print) -> dict[str, dict]:
     """Evaluate a model on (x, y): {attack: {"acc": percent, "protocol": record}}.
 
     x: (N, C, H, W) float in [0, 1] on the model's device; y: (N,). Always fp32 (strict, or TF32 on a GPU with
     tf32: the protocol records say which), eval mode (restored).
     Checks: every adversarial example within eps and [0, 1]; clean >= PGD-10 >= PGD-20 >= PGD-40
     (a violation is recorded and warned about: PGD-T returns its last iterate, so it can happen by chance).
+    fold_bn: system.fold_bn (auto folds on a CPU): every forward with BatchNorm folded into the convolution before
+    it (ssat/folding.py), the same function up to float rounding.
     """
+    if fold_plan(fold_bn, x.device.type, "off", model)[0]:
+        model = FoldedEval(model)
     out = {}
     precision = "tf32" if tf32 and x.device.type == "cuda" else "fp32"
     with eval_mode(model), torch.autocast(x.device.type, enabled=False), fp32_precision(tf32):
@@ -253,7 +259,7 @@ def evaluate_checkpoints(cfg, out: Path, arrays, device, channels_last: bool, be
         aa = aa_here and kind in e.autoattack_checkpoints
         results[kind] = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=kind, pgd_steps=e.pgd_steps,
                                        autoattack=aa, autoattack_n=e.autoattack_n, batch_size=e.batch_size,
-                                       subset=subset, tf32=e.tf32, log=log)
+                                       subset=subset, tf32=e.tf32, fold_bn=cfg.system.fold_bn, log=log)
     metrics, tags = flatten_results(results)
     (out / "results.json").write_text(json.dumps({"metrics": metrics, "protocols": tags, "best_epoch": best_epoch},
                                                  indent=1))
@@ -305,7 +311,7 @@ def main(argv=None) -> int:
     x, y, subset = first_test_images(cfg, args.n, device, args.data_root)
     res = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=ck.get("kind", "best"), pgd_steps=cfg.eval.pgd_steps,
                          autoattack=args.autoattack, autoattack_n=args.autoattack_n, subset=subset,
-                         tf32=cfg.eval.tf32)
+                         tf32=cfg.eval.tf32, fold_bn=cfg.system.fold_bn)
     head = {"checkpoint": str(args.checkpoint), "verified": ck["verified"]}
     print(json.dumps({**head, **{k: {"acc": round(v["acc"], 2)} for k, v in res.items()}}))
     if args.out:

@@ -312,7 +312,7 @@ def _test_protocol(model: nn.Module, arrays: Arrays, cfg, device, log: Log) -> d
     x, y, subset = first_n_test(arrays, e.test_n, device)
     test = evaluate_model(model, x, y, eps=cfg.eps, checkpoint="teacher", pgd_steps=e.pgd_steps,
                           autoattack=e.autoattack, autoattack_n=e.autoattack_n, batch_size=e.batch_size,
-                          subset=subset, log=log)
+                          subset=subset, fold_bn=cfg.system.fold_bn, log=log)
     log("teacher test: " + "  ".join(f"{a} {r['acc']:.2f}%" for a, r in test.items()))
     return test
 

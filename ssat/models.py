@@ -64,6 +64,10 @@ class _ResBlock(nn.Module):
         if stride != 1 or cin != cout:
             self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
 
+    def conv_bn_pairs(self):
+        """The BatchNorm layers applied right after a convolution (ssat/folding.py); the shortcut's is found."""
+        return [(self.conv1, self.bn1), (self.conv2, self.bn2)]
+
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
         return F.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
@@ -83,6 +87,10 @@ class ResNet18(nn.Module):
         self.layers = nn.Sequential(*layers)
         self.fc = nn.Linear(512, num_classes)
         _init(self)
+
+    def conv_bn_pairs(self):
+        """The stem's BatchNorm, applied right after its convolution (ssat/folding.py)."""
+        return [(self.conv1, self.bn1)]
 
     def forward(self, x):
         x = self.layers(F.relu(self.bn1(self.conv1(x))))

@@ -153,7 +153,7 @@ class Trainer:
             return {}
         res = evaluate_model(model, self.x_val, self.y_val, eps=self.cfg.eps, checkpoint="val", pgd_steps=(10,),
                              autoattack=False, batch_size=self.cfg.eval.batch_size, tf32=self.cfg.eval.tf32,
-                             log=lambda s: None)
+                             fold_bn=self.cfg.system.fold_bn, log=lambda s: None)
         return {"val/clean": res["clean"]["acc"], "val/pgd10": res["pgd10"]["acc"]}
 
     # ---- state --------------------------------------------------------------------------------

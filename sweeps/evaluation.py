@@ -43,7 +43,8 @@ def _autoattack(checkpoint_file, ckpt: str, cfg: Config, log) -> tuple[dict, dic
     model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
     with threads(os.cpu_count()):
         res = evaluate_model(model, x, y, eps=ck_cfg.eps, checkpoint=ckpt, pgd_steps=(), autoattack=True,
-                             batch_size=e.batch_size, subset=f"first{len(x)}", log=log)
+                             batch_size=e.batch_size, subset=f"first{len(x)}", fold_bn=ck_cfg.system.fold_bn,
+                             log=log)
     return flatten_results({ckpt: {"autoattack": res["autoattack"]}})
 
 

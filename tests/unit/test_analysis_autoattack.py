@@ -6,11 +6,13 @@ from analysis.autoattack_breakdown import breakdown, main, render
 from analysis.collect import load_mlflow_runs
 
 
-def _store(tmp_path):
+HONEST_AND_MASKED = {"honest": [60.0, 55.5, 55.5, 55.5], "masked": [70.0, 68.0, 68.0, 41.0]}
+
+
+def _store(tmp_path, chains=HONEST_AND_MASKED):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     c = MlflowClient(uri)
     exp = c.create_experiment("aa")
-    chains = {"honest": [60.0, 55.5, 55.5, 55.5], "masked": [70.0, 68.0, 68.0, 41.0]}
     for name, chain in chains.items():
         run = c.create_run(exp, run_name=name, tags={"ssat.kind": "trial", "ssat.row": name, "ssat.seed": "0"})
         for a, v in zip(("apgd-ce", "apgd-t", "fab-t", "square"), chain):
@@ -46,6 +48,13 @@ def test_breakdown_per_run_and_the_square_drop(tmp_path, capsys):
     assert main(["--experiment", "aa", "--tracking-uri", uri, "--checkpoint", "last"]) == 2
     assert ("no run holds AutoAttack's per-attack results at checkpoint 'last' (runs trained before they were "
             "recorded hold only the final number)") in capsys.readouterr().err
+
+
+def test_the_command_counts_a_square_drop_under_one_point(tmp_path, capsys):
+    uri = _store(tmp_path, {"slight": [50.0, 49.0, 49.0, 48.5], "honest": [60.0, 55.5, 55.5, 55.5]})
+    assert main(["--experiment", "aa", "--tracking-uri", uri]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == ("1 of 2 run(s): Square found adversarial examples the "
+                                                        "gradient attacks missed (gradient masking?)")
 
 
 def test_the_command_line_names_itself_and_refuses_an_unknown_checkpoint(capsys):

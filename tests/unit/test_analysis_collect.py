@@ -13,7 +13,7 @@ from analysis.legacy import LEGACY_PARAM_NAMES, current_param_names
 from analysis.export import export
 
 ROOT = Path(__file__).resolve().parents[2]
-from analysis.table_specs import schedule_label
+from analysis.table_specs import LabelError, schedule_label
 
 
 def test_typed_turns_mlflow_strings_into_numbers_booleans_and_missing():
@@ -180,6 +180,15 @@ def test_runs_frame_infers_spec_params_only_for_trials_that_lack_them():
     assert runs.loc["b", "param.spec.t"] == 4 and runs.loc["b", "param.spec.epochs"] == 6  # ambiguous: as run
     assert pd.isna(runs.loc["c", "param.spec.t"]) and pd.isna(runs.loc["c", "param.spec.epochs"])
     assert [schedule_label(runs.loc[i]) for i in ("a", "b")] == ["Linear-60", "Linear-4/6ep"]
+
+
+def test_a_schedule_row_format_with_an_unknown_field_is_refused_word_for_word():
+    runs = runs_frame([{"run_id": "a", "run_name": "cos-seed0", "meta.kind": "trial", "meta.schedule_row": "Cos-{w}",
+                        "param.attack.schedule": "cosine"}]).set_index("run_id", drop=False)
+    with pytest.raises(LabelError) as err:
+        schedule_label(runs.loc["a"])
+    assert str(err.value) == ("run 'cos-seed0' (id a): schedule row format 'Cos-{w}' has {w}; it may hold {t} and "
+                              "{gamma} only")
 
 
 # The parameter names of docs/tracking.md, before issue 27 -> since, typed here from the contract.

@@ -291,3 +291,14 @@ def test_docs_costs_page_is_generated_from_the_current_measurements():
     assert "## NVIDIA H200" in page and "## NVIDIA H100 80GB HBM3" in page
     assert "| paper-table1-main | 45 |" in page and "| paper-fig5-rho | 48 |" in page
     assert COSTS_PAGE.read_text() == page, "docs/costs.md is out of date: .venv/bin/python -m sweeps.dryrun --table"
+
+
+def test_without_records_the_estimate_reads_the_users_calibrations(tmp_path, monkeypatch):
+    own = tmp_path / "calibration"
+    own.mkdir()
+    fake_results(own)  # the same figures, found only through $SSAT_CALIBRATION_DIR
+    monkeypatch.setenv("SSAT_CALIBRATION_DIR", str(own))
+    est = estimate(tiny_spec(), "t1000")
+    assert est["gpu"] == GPU and est["total"]["complete"] is True
+    assert est["measured"][GPU] == ["training", "eval", "teacher", "packing"]
+    assert hours(est) == hours(estimate(tiny_spec(), "t1000", fake_results(tmp_path)))

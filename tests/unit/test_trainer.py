@@ -182,7 +182,8 @@ def test_a_compile_mode_wraps_the_model_the_optimiser_trains(tmp_path):
     for setting in ("off", "auto"):  # auto: off on a CPU
         off = Trainer(tiny(**{"system.compile": setting}), tmp_path / setting, teacher=fake_teacher(cfg),
                       log=lambda s: None)
-        assert off.engine.net is off.model and off.engine.compile == "off"
+        net = off.engine.net  # uncompiled: the model itself, or the model with its BatchNorm folded (system.fold_bn)
+        assert (net.model if off.engine.fold_status == "on" else net) is off.model and off.engine.compile == "off"
 
 
 def test_an_epoch_fetches_each_batch_inside_the_profilers_data_range(tmp_path):
