@@ -164,3 +164,15 @@ def test_the_plan():
                                                                "them itself)")
     assert fold_plan("auto", "cpu", "off", wrn) == (False, "off: no convolution followed by a BatchNorm in this "
                                                            "model")
+
+
+def test_the_wrapper_finds_the_pairs_once_and_folds_only_those():
+    model = trained_like("cnn-small", 1).eval()
+    net = FoldedEval(model)
+    assert net.pairs == conv_bn_pairs(model) and len(net.pairs) == 2
+    x = torch.rand(2, 1, 28, 28).contiguous(memory_format=torch.channels_last)
+    net.pairs = []  # nothing to fold: the model's own forward, bit for bit
+    assert torch.equal(net(x), model(x))
+    net.pairs = conv_bn_pairs(model)[:1]  # the first pair only
+    with folded_batchnorm(model, conv_bn_pairs(model)[:1]):
+        assert torch.equal(net(x), model(x))
