@@ -25,6 +25,8 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 
+from .runtime import patched_forwards
+
 Pair = tuple[nn.Conv2d, nn.BatchNorm2d]
 
 
@@ -72,20 +74,12 @@ def folded_batchnorm(model: nn.Module, pairs: list[Pair] | None = None) -> Itera
     if model.training or not pairs:
         yield model
         return
-    saved = []
-    try:
-        for conv, bn in pairs:
-            w, b = folded_weights(conv, bn)
-            saved += [(conv, conv.__dict__.get("forward")), (bn, bn.__dict__.get("forward"))]
-            conv.forward = lambda x, conv=conv, w=w, b=b: conv._conv_forward(x, w, b)
-            bn.forward = _identity
+    replacements = []
+    for conv, bn in pairs:
+        w, b = folded_weights(conv, bn)
+        replacements += [(conv, lambda x, conv=conv, w=w, b=b: conv._conv_forward(x, w, b)), (bn, _identity)]
+    with patched_forwards(replacements):
         yield model
-    finally:
-        for m, own in reversed(saved):
-            if own is None:
-                del m.forward  # back to the class's forward
-            else:
-                m.forward = own
 
 
 class FoldedEval(nn.Module):

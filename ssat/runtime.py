@@ -47,6 +47,24 @@ def threads(n: int | None):
 
 
 @contextlib.contextmanager
+def patched_forwards(replacements: list[tuple[nn.Module, object]]):
+    """Within the block each module's forward is the function paired with it; on exit, also when the block raises,
+    each gets back what it had: its own instance-level forward, or its class's."""
+    saved = []
+    try:
+        for m, forward in replacements:
+            saved.append((m, m.__dict__.get("forward")))
+            m.forward = forward
+        yield
+    finally:
+        for m, own in reversed(saved):
+            if own is None:
+                del m.forward
+            else:
+                m.forward = own
+
+
+@contextlib.contextmanager
 def eval_mode(model: nn.Module):
     """Run the block with the model in eval mode and restore its previous mode afterwards."""
     was_training = model.training

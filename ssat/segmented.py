@@ -32,6 +32,8 @@ import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 
+from .runtime import patched_forwards
+
 _MARK = "_ssat_segments"  # attribute of a segmented forward: the segment sizes it splits into
 
 
@@ -88,18 +90,8 @@ def segmented_batchnorm(model: nn.Module, sizes: Sequence[int]) -> Iterator[nn.M
     bns = [m for m in model.modules() if isinstance(m, _BatchNorm)]
     if any(hasattr(m.__dict__.get("forward"), _MARK) for m in bns):
         raise RuntimeError("the model's BatchNorm modules are already segmented (nested segmented_batchnorm)")
-    saved = []
-    try:
-        for m in bns:
-            saved.append((m, m.__dict__.get("forward")))  # an instance-level forward of its own, or None
-            m.forward = _segmented(m.forward, m, sizes)
+    with patched_forwards([(m, _segmented(m.forward, m, sizes)) for m in bns]):
         yield model
-    finally:
-        for m, own in reversed(saved):
-            if own is None:
-                del m.forward  # back to the class's forward
-            else:
-                m.forward = own
 
 
 def segmented_forward(model: nn.Module, xs: Sequence[torch.Tensor], *, strict: bool = False) -> list[torch.Tensor]:
