@@ -40,6 +40,9 @@ def test_the_fallbacks_in_order_mps_first_then_the_trials_own_graph_mode():
     assert (f, why.split(": gain")[0]) == (pytest.approx(1 / 2.0), "G, 4 packed m trials, no MPS, graph mode")
     f, why = factor(4, "eager", no_mps)
     assert (f, why.split(": gain")[0]) == (pytest.approx(1 / 1.25), "G, 4 packed m trials, no MPS, eager steps")
+    no_mps_eager = [r for r in no_mps if "eager" in r["_file"]]  # the last fallback: no MPS, the other mode
+    f, why = factor(4, "graph", no_mps_eager)
+    assert (f, why.split(": gain")[0]) == (pytest.approx(1 / 1.25), "G, 4 packed m trials, no MPS, eager steps")
     mps_eager_only = [r for r in ALL if r["mps"] and "eager" in r["_file"]] + no_mps
     assert "MPS, eager steps: gain 3.00" in factor(4, "graph", mps_eager_only)[1]  # MPS beats the trial's own mode
 

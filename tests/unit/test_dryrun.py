@@ -8,7 +8,8 @@ import pytest
 
 from ssat.config import from_dict
 from ssat.presets import preset
-from sweeps.costs import Measurements, engine_mode, estimate, final_images, read_records, validation_epochs
+from sweeps.costs import (TRIAL_STAGES, Measurements, engine_mode, estimate, final_images, read_records,
+                          validation_epochs)
 from sweeps.dryrun import COSTS_PAGE, costs_page, describe, dry_run, schedule_lines
 from sweeps.spec import load_spec, parse_spec
 
@@ -284,6 +285,7 @@ def test_cpu_trials_cost_no_gpu_hours(tmp_path):
     est = estimate(tiny_spec(resources={"cpu": 1, "gpu": 0}), "t1000", fake_results(tmp_path))
     assert est["total"] == {"gpu_hours": 0, "complete": True} and est["packing"] == [
         "resources.gpu 0: the trials run on CPUs; no GPU-hours"]
+    assert [u["gpu_hours"] for u in est["units"]] == [{s: 0.0 for s in TRIAL_STAGES}] * 2  # zero, not unmeasured
 
 
 def test_docs_costs_page_is_generated_from_the_current_measurements():
