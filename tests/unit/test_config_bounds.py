@@ -93,3 +93,28 @@ def test_the_registered_names_are_read_when_asked():
     assert config.METHODS == method_names() and "ssat-mbi" in config.METHODS
     with pytest.raises(AttributeError, match="no attribute 'SCHEDULE'"):
         config.SCHEDULE
+
+
+@pytest.mark.parametrize("field,value", [("system.device", "tpu"), ("system.graph_mode", "sometimes"),
+                                         ("system.fold_bn", "maybe")])
+def test_a_refused_system_switch_names_its_field(field, value):
+    with pytest.raises(ConfigError) as err:
+        build(**{field: value})
+    assert str(err.value).startswith(f"{field}: ")
+
+
+def test_kl_attack_with_a_hard_inner_target_is_refused_word_for_word():
+    with pytest.raises(ConfigError) as err:
+        from_dict(preset("mnist5k-ssat-mbi-awr"), {"attack.inner_loss": "kl", "attack.inner_target": "hard"})
+    assert str(err.value) == ("attack.inner_target: 'hard' with attack.inner_loss='kl', whose attack has no target "
+                              "(KL to the clean prediction); allowed with kl: 'soft'")
+
+
+def test_set_values_parse_as_yaml_and_an_empty_one_stays_empty():
+    from ssat.config import parse_overrides
+
+    assert parse_overrides(["a.b=", "c.d= ", "e.f=[1, 2]", "g.h=null"]) == {"a.b": "", "c.d": "", "e.f": [1, 2],
+                                                                           "g.h": None}
+    with pytest.raises(ConfigError) as err:
+        parse_overrides(["a.b=[1, 2"])
+    assert str(err.value).startswith("--set 'a.b=[1, 2': the value '[1, 2' is not a valid YAML scalar or list (")
