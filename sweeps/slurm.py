@@ -183,14 +183,28 @@ def _stop_driver(sweep_dir: Path, grace: float, log) -> None:
         return
     if not signal_holder(lock, signal.SIGINT):
         return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
+    gone, lock = _gone_within(sweep_dir, grace)
+    if not gone and signal_holder(lock, signal.SIGKILL):
+        log(f"[slurm] the sweep's driver (pid {lock.pid}) did not stop within {grace:g} s: killed")
+        # A killed process still holds the lock until the kernel has torn it down (seconds on a loaded node):
+        # settling before that would find "a driver" and refuse.
+        _gone_within(sweep_dir, KILLED_GONE_S)
+
+
+KILLED_GONE_S = 10.0  # how long a SIGKILLed driver may take to be gone
+
+
+def _gone_within(sweep_dir: Path, seconds: float):
+    """(True, None) once the sweep's lock has no live holder, within `seconds` (polled every 0.5 s); else
+    (False, the lock as last seen)."""
+    deadline = time.monotonic() + seconds
+    while True:
         time.sleep(0.5)
         lock, verdict = inspect(sweep_dir)
         if lock is None or not verdict.live:
-            return
-    if signal_holder(lock, signal.SIGKILL):
-        log(f"[slurm] the sweep's driver (pid {lock.pid}) did not stop within {grace:g} s: killed")
+            return True, None
+        if time.monotonic() >= deadline:
+            return False, lock
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -261,3 +261,26 @@ def test_settle_never_signals_a_driver_of_another_host(work, store):  # noqa: F8
     finally:
         bystander.kill()
     assert {k: r.info.status for k, r in runs_by_key(store).items()} == {"s-sweep": "RUNNING", "s-trial": "RUNNING"}
+
+
+def test_a_killed_driver_is_waited_for_until_its_lock_is_free(tmp_path, monkeypatch):
+    """SIGKILL is not instant: a driver on a loaded node still holds its lock for a moment after it, and settling
+    then would find "a driver" and refuse (seen in the slow tier's preemption scenario). _stop_driver returns
+    only once the lock has no live holder."""
+    from types import SimpleNamespace
+
+    here = Host.here()
+    lock = SimpleNamespace(pid=4242, host=here.name, boot_id=here.boot_id, start_ticks=1)
+    # live through the grace (2 polls), then 3 more polls after the SIGKILL, then gone
+    verdicts = iter([True] * 5 + [False])
+    polls, signals = [], []
+    monkeypatch.setattr(slurm, "inspect", lambda d: (polls.append(1), (lock, SimpleNamespace(live=next(verdicts))))[1])
+    monkeypatch.setattr(slurm, "signal_holder", lambda lk, sig: signals.append(sig) or True)
+    monkeypatch.setattr(slurm.time, "sleep", lambda s: None)
+    clock = iter(range(100))
+    monkeypatch.setattr(slurm.time, "monotonic", lambda: next(clock) * 0.5)
+    lines = []
+    slurm._stop_driver(tmp_path, 1.0, lines.append)
+    assert signals == [signal.SIGINT, signal.SIGKILL]
+    assert lines == ["[slurm] the sweep's driver (pid 4242) did not stop within 1 s: killed"]
+    assert len(polls) == 6  # the first (live) inspection, then polls until the lock was free
