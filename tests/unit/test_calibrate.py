@@ -240,3 +240,24 @@ def test_pgds_rate_from_two_timings_and_when_noise_swamps_the_difference():
         start, per_iter, how = measure.pgd_rate(3.0, t_hi, 2, 6, 100)
         assert (start, per_iter) == (0.0, pytest.approx(t_hi / 6 / 100)) and 1 / per_iter > 0
         assert how.format(k=10).endswith("no difference to time); 10 iterations at that rate, an upper bound")
+
+
+def test_the_events_of_a_worker_not_waited_for_are_kept_for_its_turn(tmp_path):
+    """Calibration.next(w): the processes of a group warm up together and are timed one at a time, so while one is
+    timed another's events (its exit, say) arrive; they wait in order for that worker's turn."""
+    import time
+    from argparse import Namespace
+
+    run = cal.Calibration([], Namespace(budget=None, gpu_gib=None), tmp_path, tmp_path, write=None)
+    a, b = "worker a", "worker b"
+    for who, ev in ((b, "ready"), (a, "result"), (b, "exit")):
+        run.events.put((who, {"event": ev}))
+    assert run.next(a) == (a, {"event": "result"})
+    assert run.next(b) == (b, {"event": "ready"}) and run.next(b) == (b, {"event": "exit"})
+    run.events.put((a, {"event": "exit"}))
+    assert run.next() == (a, {"event": "exit"})  # any worker's next event
+    assert run.next(deadline=time.perf_counter() - 1) is None  # past its deadline: nothing more is waited for
+    assert not run.over()  # no --budget: never over
+    timed = cal.Calibration([], Namespace(budget=1e-6, gpu_gib=None), tmp_path, tmp_path, write=None)
+    time.sleep(0.01)
+    assert timed.over() and timed.next() is None

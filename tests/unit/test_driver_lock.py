@@ -289,3 +289,39 @@ def test_sync_is_refused_while_a_driver_lives(tmp_path, sleeper):
     with pytest.raises(DriverBusy, match=f"already has a driver: pid {sleeper.pid}"):
         sync_sweep("s", workdir=tmp_path)
     assert not list(paths.sweep_dir.glob("tracking_spool*"))
+
+
+def test_status_counts_the_trial_runs_by_status_and_lists_them_by_row_and_seed(tmp_path):
+    """`python -m sweeps status` on a real (sqlite) store: the expected trials from the spec, the runs by status
+    (ssat.status before its ":" reason, else MLflow's own), one line per run in row and seed order."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.driver import sweep_status
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    source = {"name": "s", "preset": "mnist5k-ssat-mbi", "seeds": [0, 1], "resources": {"cpu": 1, "gpu": 0},
+              "grid": [{"row": "a"}, {"row": "b"}]}
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True)
+    SweepState(name="s", spec_path="s.yaml", source=source, tracking_uri=uri, args=RunArgs(), status="incomplete",
+               phases={"grid": "running"}).save(paths)
+    assert sweep_status("s", workdir=tmp_path).splitlines()[-1] == "trials expected 4; runs by status: {}"
+
+    c = MlflowClient(uri)
+    exp = c.create_experiment("s")
+    c.create_run(exp, tags={"ssat.kind": "sweep"})  # the sweep's parent run: not a trial
+    for row, seed, status, pgd in [("b", "0", None, 60.0), ("a", "1", "KILLED: interrupted (SIGINT) in epoch 3; "
+                                   "resume with: python -m sweeps resume s", None), ("a", "0", "FINISHED", 71.25)]:
+        tags = {"ssat.kind": "trial", "ssat.stage": "grid", "ssat.row": row, "ssat.seed": seed}
+        run = c.create_run(exp, tags={**tags, **({"ssat.status": status} if status else {})})
+        if pgd is not None:
+            c.log_metric(run.info.run_id, "val/pgd10", pgd)
+    lines = sweep_status("s", workdir=tmp_path).splitlines()
+    resume = f"resume with `python -m sweeps resume s --workdir {tmp_path}`"
+    assert lines[:2] == ["sweep s: incomplete, phases {'grid': 'running'}", f"no driver; {resume}"]
+    head, by = lines[2].split(": ", 1)
+    assert head == "trials expected 4; runs by status" and json.loads(by) == {"RUNNING": 1, "KILLED": 1, "FINISHED": 1}
+    assert [" ".join(ln.split()) for ln in lines[3:]] == [
+        "grid a seed 0 FINISHED val/pgd10 71.25",
+        "grid a seed 1 KILLED: interrupted (SIGINT) in epoch 3; val/pgd10 nan",  # the status cut at 40 characters
+        "grid b seed 0 RUNNING val/pgd10 60.00"]
