@@ -291,14 +291,14 @@ def test_sync_is_refused_while_a_driver_lives(tmp_path, sleeper):
     assert not list(paths.sweep_dir.glob("tracking_spool*"))
 
 
-def test_status_counts_the_trial_runs_by_status_and_lists_them_by_row_and_seed(tmp_path):
+def test_status_counts_the_trial_runs_by_status_and_lists_them_by_row_and_seed(tmp_path, store):
     """`python -m sweeps status` on a real (sqlite) store: the expected trials from the spec, the runs by status
     (ssat.status before its ":" reason, else MLflow's own), one line per run in row and seed order."""
     from mlflow.tracking import MlflowClient
 
     from sweeps.driver import sweep_status
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store
     source = {"name": "s", "preset": "mnist5k-ssat-mbi", "seeds": [0, 1], "resources": {"cpu": 1, "gpu": 0},
               "grid": [{"row": "a"}, {"row": "b"}]}
     paths = sweep_paths(tmp_path, "s")

@@ -57,7 +57,7 @@ def test_a_training_job_times_full_batches_and_scales_them_to_a_cifar10_epoch(tm
 
 
 def test_a_job_whose_turn_never_comes_exits_1_and_a_compile_only_job_after_ready(tmp_path, monkeypatch, capsys):
-    spec = small(cal.job(item("training", "rst"), ARGS, tmp_path / "cache"))
+    spec = {**cal.job(item("eval"), ARGS, tmp_path / "cache"), "attacks": ["clean"]}
     code, events = run_job(monkeypatch, capsys, spec, stdin="")  # the calibration ended: stdin closed, no "go"
     assert code == 1 and [e["event"] for e in events] == ["ready"]
     code, events = run_job(monkeypatch, capsys, {**spec, "compile_only": True}, stdin="")

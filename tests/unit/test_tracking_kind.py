@@ -3,6 +3,7 @@ list the trials flat and, given the store, open a saved view with the table's me
 checked in a real browser by tests/integration/test_mlflow_ui.py)."""
 import json
 import re
+import time
 from pathlib import Path
 
 import mlflow
@@ -39,6 +40,8 @@ def test_with_the_store_the_link_opens_a_saved_view_of_the_metric_columns(tmp_pa
     tags = MlflowClient(uri).get_experiment(exp).tags
     view = json.loads(tags[f"mlflow.sharedViewState.{key}"])  # the envelope the UI's "Save view" writes
     assert view["name"] == "Trials: test/best/clean, test/best/pgd20, val/pgd10" and isinstance(view["createdAt"], int)
+    assert abs(view["createdAt"] - time.time() * 1000) < 60_000  # milliseconds since the epoch, as the UI writes it
+    assert view["state"] == json.dumps(json.loads(view["state"]), separators=(",", ":"))  # compact: JSON.stringify's
     columns = ["metrics.`test/best/clean`", "metrics.`test/best/pgd20`", "metrics.`val/pgd10`"]
     assert json.loads(view["state"]) == {
         "orderByKey": "tags.`mlflow.runName`", "orderByAsc": True, "runsHiddenMode": "SHOW_ALL",
@@ -51,6 +54,10 @@ def test_with_the_store_the_link_opens_a_saved_view_of_the_metric_columns(tmp_pa
     other = ui_url(exp, "http://127.0.0.1:5001", metrics=("test/best/autoattack",), store=uri)
     assert other.startswith("http://127.0.0.1:5001/") and "viewStateShareKey=ssat-" in other and key not in other
     assert ui_url("999", store=uri) == ui_url("999")
+    assert ui_url(exp, store=uri, metrics=()) == ui_url(exp)  # no metric columns: no view to save
+    short = ui_url(exp, metrics=("acc",), store=uri).split("viewStateShareKey=")[1]
+    state = json.loads(json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{short}"])["state"])
+    assert state["columnWidths"] == {"metrics.`acc`": 100}  # a short name's column is no narrower than 100 px
 
 
 def test_the_installed_ui_reads_the_view_and_the_facets_the_links_use():

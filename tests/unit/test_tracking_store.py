@@ -7,11 +7,8 @@ sent by a fresh Tracker, so the store is the only memory of what was logged.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
-import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -20,22 +17,6 @@ from sweeps.tracking import Tracker
 from tests.servers import free_port
 
 QUIET = {"log": lambda line: None}
-
-
-@pytest.fixture
-def store(tmp_path) -> str:
-    """The URI of a fresh, real MLflow SQLite store of this test's own: a copy of an empty store kept per MLflow
-    version in the user's cache (creating the tables takes seconds, copying the file does not)."""
-    empty = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssat-sweeps" / \
-        f"mlflow{mlflow.__version__}-empty-store.db"
-    if not empty.exists():
-        making = tmp_path / "empty.db"
-        MlflowClient(f"sqlite:///{making}").search_experiments(max_results=1)
-        empty.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(making, f"{empty}.{os.getpid()}")
-        os.replace(f"{empty}.{os.getpid()}", empty)  # whole or absent, for a test running beside this one
-    shutil.copy(empty, tmp_path / "mlflow.db")
-    return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
 @pytest.fixture(autouse=True)
@@ -308,7 +289,8 @@ def test_the_store_uri_and_its_check(tmp_path, store, monkeypatch):
                            r"\(.*\); start it, or pass --tracking-uri / MLFLOW_TRACKING_URI of a running one$"):
             tracking.check_reachable(away, timeout=2)
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(tracking.TrackingUnavailable, match=r"MLflow store sqlite:///.*a-file/x/mlflow\.db cannot be used"):
+    with pytest.raises(tracking.TrackingUnavailable, match=r"MLflow store sqlite:///.*a-file/x/mlflow\.db cannot be used: "
+                       r"\[Errno 20\] Not a directory: '.*a-file/x'$"):  # the cause, as the OS gave it
         tracking.check_reachable(f"sqlite:///{tmp_path / 'a-file' / 'x' / 'mlflow.db'}")
 
 
@@ -373,3 +355,24 @@ def test_epoch_and_final_metrics_are_picked_by_prefix_and_type():
     assert tracking.final_metrics(result) == ({"test/best/pgd20": 41.0, "time/total_s": 9},
                                               {"protocol/best/pgd20": "{}"})
     assert tracking.flat_str(None) == "None" and tracking.flat_str(1.5) == "1.5"
+
+
+def test_params_learnt_later_join_the_run_and_the_first_write_wins(store, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRUNCATE_LONG_VALUES", "false")  # a store that refuses a value past its limit
+    t = Tracker(store, "exp", **QUIET)
+    t.ensure_run("k1", {}, {"p": 1})
+    t.log_params("k1", {"p": 2, "gpu": "H200", "long": "y" * 7000, "nested": {"a": [1, 2]}})
+    t.log_params("k1", {"gpu": "A100", "threads": 4})  # "gpu" is logged already: kept as it is
+    assert t.flush(timeout=5)
+    params = _run(store)[1].data.params
+    assert params == {"p": "1", "gpu": "H200", "long": "y" * 6000, "nested": tracking.flat_str({"a": [1, 2]}),
+                      "threads": "4"}
+
+
+def test_the_file_of_a_sqlite_store():
+    assert tracking.sqlite_path("sqlite:////abs/dir/mlflow.db") == Path("/abs/dir/mlflow.db")
+    assert tracking.sqlite_path("sqlite:///rel/mlflow.db?mode=rwc&cache=shared") == Path("rel/mlflow.db")
+    assert tracking.sqlite_path("sqlite:///a.db?x=1?y=2") == Path("a.db")  # the query starts at its first "?"
+    for other in ("sqlite:///:memory:", "sqlite:///", "sqlite://", "SQLITE:///a.db", "postgresql://u@h/db",
+                  "http://127.0.0.1:5000", "a.db"):
+        assert tracking.sqlite_path(other) is None, other
