@@ -775,3 +775,51 @@ def test_space_function_is_a_picklable_define_by_run():
     trial = study.ask()
     fn(trial)
     assert set(trial.params) == set(SCHED)
+
+
+# ---- the size limits at their edges (MAX_TRIALS lowered, so the last allowed case is cheap to build) --------------
+def test_trial_counts_are_allowed_up_to_the_limit_and_refused_one_past_it(monkeypatch):
+    import sweeps.spec as spec_module
+
+    monkeypatch.setattr(spec_module, "MAX_TRIALS", 6)
+    product = {"method.beta": [0.1, 0.2, 0.3], "method.tau": [1.0, 2.0]}
+    assert len(parse_spec(grid(grid={"product": product})).grid) == 6
+    refused(grid(grid={"product": {**product, "method.tau": [1.0, 2.0, 3.0]}}),
+            "grid.product: 9 combinations; allowed: at most 6 rows (a limit no real sweep comes near)")
+    at_limit = parse_spec(search(num_samples=2, confirm={"top_k": 2, "seeds": [100, 101, 102]}))
+    assert at_limit.search["confirm"]["top_k"] == 2
+    refused(search(num_samples=2, confirm={"top_k": 7, "seeds": [100]}),
+            "search.confirm.top_k: 7; allowed: a positive integer up to 6")
+    refused(search(num_samples=2, confirm={"top_k": 2, "seeds": [100, 101, 102, 103]}),
+            "search.confirm: top_k 2 x 4 seeds = 8 trials; allowed: at most 6")
+
+
+def test_epochs_past_the_limit_are_refused():
+    from ssat.config import MAX_EPOCHS
+
+    assert parse_spec(GRID, epochs=MAX_EPOCHS).rescale == MAX_EPOCHS
+    refused(GRID, f"--epochs: {MAX_EPOCHS + 1}; allowed: a positive integer up to {MAX_EPOCHS:,}", epochs=MAX_EPOCHS + 1)
+
+
+def test_a_space_key_and_a_choice_are_allowed_up_to_their_limits():
+    from sweeps.space import MAX_CHOICES, MAX_KEY
+
+    check_space({"k" * MAX_KEY: {"float": [0.0, 1.0]}, "c": {"choice": list(range(MAX_CHOICES))}})
+    with pytest.raises(SpecError) as err:
+        check_space({"k" * (MAX_KEY + 1): {"float": [0.0, 1.0]}})
+    assert str(err.value).startswith(f"<spec>: search.space: a key of {MAX_KEY + 1} characters (")
+    assert str(err.value).endswith(f"allowed: a dotted config key of at most {MAX_KEY} characters")
+    space_refused({"c": {"choice": list(range(MAX_CHOICES + 1))}},
+                  f"search.space.c.choice: {MAX_CHOICES + 1:,} values; allowed: at most {MAX_CHOICES:,} (a limit no "
+                  "real search comes near)")
+
+
+def test_load_spec_passes_the_rows_and_the_gpu_share_on(tmp_path):
+    from sweeps.spec import load_spec
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**GRID, "grid": [{"row": "a", "set": {}}, {"row": "b", "set": {}}],
+                                    "resources": {"cpu": 1, "gpu": 0.5}}))
+    assert [t.row for t in load_spec(path).trials()] == ["a", "b"]
+    spec = load_spec(path, rows=["b"], gpu_share=0.25)  # --rows b --gpu-share 0.25
+    assert [t.row for t in spec.trials()] == ["b"] and spec.resources["gpu"] == 0.25

@@ -56,7 +56,8 @@ def test_with_the_store_the_link_opens_a_saved_view_of_the_metric_columns(tmp_pa
     assert ui_url("999", store=uri) == ui_url("999")
     assert ui_url(exp, store=uri, metrics=()) == ui_url(exp)  # no metric columns: no view to save
     short = ui_url(exp, metrics=("acc",), store=uri).split("viewStateShareKey=")[1]
-    state = json.loads(json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{short}"])["state"])
+    saved = MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{short}"]
+    state = json.loads(json.loads(saved)["state"])
     assert state["columnWidths"] == {"metrics.`acc`": 100}  # a short name's column is no narrower than 100 px
 
 

@@ -289,8 +289,8 @@ def test_the_store_uri_and_its_check(tmp_path, store, monkeypatch):
                            r"\(.*\); start it, or pass --tracking-uri / MLFLOW_TRACKING_URI of a running one$"):
             tracking.check_reachable(away, timeout=2)
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(tracking.TrackingUnavailable, match=r"MLflow store sqlite:///.*a-file/x/mlflow\.db cannot be used: "
-                       r"\[Errno 20\] Not a directory: '.*a-file/x'$"):  # the cause, as the OS gave it
+    with pytest.raises(tracking.TrackingUnavailable, match=r"MLflow store sqlite:///.*a-file/x/mlflow\.db cannot be "
+                       r"used: \[Errno 20\] Not a directory: '.*a-file/x'$"):  # the cause, as the OS gave it
         tracking.check_reachable(f"sqlite:///{tmp_path / 'a-file' / 'x' / 'mlflow.db'}")
 
 
