@@ -308,6 +308,9 @@ def test_tag_stage_status_and_duplicate_rules():
     assert cell(res, "none|no-int", "clean")["values"] == [80.0, 85.0]
     reasons = " ".join(res.excluded["reason"])
     assert "status FAILED: nan loss" in reasons and f"as run {rerun['run_id']}" in reasons
+    (dup,) = res.excluded[res.excluded["reason"].str.startswith("same configuration")].to_dict("records")
+    assert dup == {"run_id": recs[1]["run_id"], "group": "cifar10/wrn-28-5", "row": "none|no-int", "column": "clean",
+                   "reason": f"same configuration and seed as run {rerun['run_id']}"}  # the earlier run is dropped
     wide = build_table(frame(*recs, other_table, search), "ablation", any_tag=True, stages=["search", "confirm"])
     assert sorted(cell(wide, "none|no-int", "clean")["values"]) == [10.0, 11.0, 80.0, 81.0]
 

@@ -76,6 +76,7 @@ def test_ray_folder_reads_like_the_contract(ray_dir):
     assert list(runs["run_id"]) == ["sub/trial_1", "trial_0"]
     r = runs.set_index("run_id").loc["trial_0"]
     assert r["experiment"] == "sweep-x" and r["meta.kind"] == "trial" and r["meta.status"] == "FINISHED"
+    assert r["source"] == "ray" and r["run_name"] == "trial_0" and pd.isna(r["start_time"])
     assert r["meta.key"] == "sweep-x-abc123abc123-s1-demo" and r["meta.config_hash"] == "abc123abc123"
     assert r["meta.seed"] == 1 and r["param.attack.t"] == 7 and r["param.spec.epochs"] == 10
     assert r["metric.val/clean"] == 60.0 and r["metric.test/best/pgd20"] == 40.5

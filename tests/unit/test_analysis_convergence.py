@@ -67,6 +67,7 @@ def test_a_row_converges_only_when_every_seed_does():
     frame = cv.convergence_frame(runs, h)
     assert list(frame["row"]) == ["good", "good", "half", "half", "flat", "flat"]
     assert list(frame["seed"]) == [0, 1, 0, 1, 0, 1]
+    assert list(frame.columns) == list(cv.COLUMNS) and list(frame.index) == list(range(6))  # no old index kept
     v = cv.verdicts(frame).set_index("row")
     assert v.loc["good", "verdict"] == "converged" and v.loc["good", "why"] == ""
     # seed 1's ratio 0.95 alone would be 'not training'; the row's mean (0.5 + 0.95) / 2 is not

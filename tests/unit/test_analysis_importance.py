@@ -157,3 +157,28 @@ def test_bad_input_names_what_exists(store, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "metric 'val/pgd20' is not logged by the search trials; logged: val/clean, val/pgd10" in err
     assert not (tmp_path / "importance.db").exists()
+
+
+def test_parents_with_different_search_spaces_are_refused(tmp_path):
+    from analysis.collect import load_mlflow_runs
+    from analysis.importance import ImportanceError, search_trials, sweep_spec
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("two", artifact_location=(tmp_path / "artifacts").as_uri())
+    spaces = {}
+    for space in (SPACE, {**SPACE, "method.tau": {"float": [1.0, 4.0]}}):  # a second sweep widened the space
+        parent = log_run(client, exp, {"ssat.kind": "sweep"}, {}, [])
+        client.log_dict(parent, {**SPEC, "search": {"space": space}}, "spec.json")
+        log_run(client, exp, {"ssat.kind": "trial", "ssat.stage": "search"}, {}, [("val/pgd10", 1, 50.0)], parent)
+        spaces[parent] = space
+    runs = load_mlflow_runs(["two"], uri)
+    trials = search_trials(runs, "two")
+    with pytest.raises(ImportanceError) as err:
+        sweep_spec(runs, trials, uri)
+    ids = list(runs[runs["meta.kind"] == "sweep"]["run_id"])
+    assert sorted(ids) == sorted(spaces)
+    assert str(err.value) == (f"the parent runs {', '.join(ids)} hold different search spaces; rebuild one sweep at "
+                              "a time")
+    one = runs[runs["run_id"] != ids[0]]  # the other parent alone: its own spec
+    assert sweep_spec(one, search_trials(one, "two"), uri)["search"]["space"] == spaces[ids[1]]
