@@ -298,3 +298,21 @@ def test_the_tracking_uri_is_resolved_in_one_place(no_store, monkeypatch):
     assert local_store_path("databricks") is None and local_store_path("databricks-uc") is None
     assert local_store_path("sqlite:///rel/x.db") == Path("rel/x.db")
     assert list(no_store.iterdir()) == [no_store / "here.db"]
+
+
+def test_the_export_command_writes_the_runs_and_their_mlflow_history(store, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from analysis import export as export_cli
+
+    client = MlflowClient(store)
+    exp = client.create_experiment("e", artifact_location=(tmp_path / "artifacts").as_uri())
+    rid = client.create_run(exp, tags={"ssat.kind": "trial", "ssat.stage": "demo", "ssat.row": "a"}).info.run_id
+    for step, v in ((1, 50.0), (2, 60.0)):
+        client.log_metric(rid, "val/pgd10", v, step=step)
+    out = tmp_path / "out"
+    assert export_cli.main(["--experiment", "e", "--tracking-uri", store, "--out", str(out)]) == 0
+    assert capsys.readouterr().out.split() == [str(out / "e.runs.csv"), str(out / "e.history.csv")]
+    assert list(pd.read_csv(out / "e.runs.csv")["run_id"]) == [rid]
+    hist = pd.read_csv(out / "e.history.csv")
+    assert hist.to_dict("list") == {"run_id": [rid, rid], "key": ["val/pgd10"] * 2, "step": [1, 2], "value": [50.0, 60.0]}
