@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from test_tracking_store import store  # noqa: F401  (the fixture: a real, empty MLflow SQLite store)
 
 import sweeps.driver as D
 from sweeps import slurm

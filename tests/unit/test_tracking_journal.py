@@ -15,7 +15,7 @@ from tests.servers import free_port
 from tests.unit import test_tracking_store as stores
 from tests.unit.test_tracking_store import _history, _replay, _run
 
-store, _one_try = stores.store, stores._one_try  # fixtures: a fresh real SQLite store per test; no retries
+_one_try = stores._one_try  # fixture: no retries (the store fixture, a fresh real SQLite store per test: conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
