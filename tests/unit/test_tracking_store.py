@@ -292,6 +292,14 @@ def test_the_store_uri_and_its_check(tmp_path, store, monkeypatch):
     with pytest.raises(tracking.TrackingUnavailable, match=r"MLflow store sqlite:///.*a-file/x/mlflow\.db cannot be "
                        r"used: \[Errno 20\] Not a directory: '.*a-file/x'$"):  # the cause, as the OS gave it
         tracking.check_reachable(f"sqlite:///{tmp_path / 'a-file' / 'x' / 'mlflow.db'}")
+    deep = tmp_path / ("d" * 250) / ("e" * 250)  # a cause longer than 500 characters is cut there
+    deep.mkdir(parents=True)
+    (deep / "a-file").write_text("")
+    uri = f"sqlite:///{deep / 'a-file' / 'x' / 'mlflow.db'}"
+    with pytest.raises(tracking.TrackingUnavailable) as err:
+        tracking.check_reachable(uri)
+    cause = f"[Errno 20] Not a directory: '{deep / 'a-file' / 'x'}'"
+    assert len(cause) > 500 and str(err.value) == f"MLflow store {uri} cannot be used: {cause[:500]}"
 
 
 def test_check_reachable_asks_a_servers_health(tmp_path):
@@ -315,10 +323,11 @@ def test_check_reachable_asks_a_servers_health(tmp_path):
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         tracking.check_reachable(url + "/")
+        tracking.check_reachable(url + "/mlfloX/")  # a server behind a path prefix: only the slash is stripped
         Health.code = 204
         with pytest.raises(tracking.TrackingUnavailable, match=rf"MLflow server at {url} answered 204 on /health"):
             tracking.check_reachable(url)
-        assert asked == ["GET /health HTTP/1.1"] * 2
+        assert asked == ["GET /health HTTP/1.1", "GET /mlfloX/health HTTP/1.1", "GET /health HTTP/1.1"]
     finally:
         server.shutdown()
         server.server_close()
