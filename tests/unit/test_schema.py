@@ -17,9 +17,8 @@ from sweeps.mlflow_callback import TrackingCallback
 from sweeps.run_records import sweep_record, teacher_record, tracked_params, trial_key
 from sweeps.spec import parse_spec
 from sweeps.trial_settings import resolve_trial
-from tests.unit import test_tracking_store
 
-store = test_tracking_store.store  # the fixture: a fresh real MLflow SQLite store
+# the store fixture (a fresh real MLflow SQLite store) is in conftest.py
 
 # A 10-epoch Linear-6 row run with --epochs 5: it trains t=3 of 5 epochs
 SPEC = {"name": "unit", "preset": "mnist5k-ssat-mbi", "table": "schedules", "column_group": "mnist5k/cnn-small",
