@@ -385,3 +385,24 @@ def test_the_file_of_a_sqlite_store():
     for other in ("sqlite:///:memory:", "sqlite:///", "sqlite://", "SQLITE:///a.db", "postgresql://u@h/db",
                   "http://127.0.0.1:5000", "a.db"):
         assert tracking.sqlite_path(other) is None, other
+
+
+def test_a_journal_that_cannot_be_written_is_said_once_per_spell_and_nothing_is_lost(tmp_path):
+    lines = []
+    blocked = tmp_path / "sweep"
+    blocked.write_text("")  # a file where the sweep's folder should be: the journal cannot be made
+    t = Tracker(f"http://127.0.0.1:{free_port()}", "exp", spool=blocked / "tracking_spool.jsonl", log=lines.append)
+    t.ensure_run("k1", {})
+    t.end("k1")
+    said = [ln for ln in lines if "cannot write the journal" in ln]
+    assert len(said) == 1 and said[0].endswith("operations are kept in memory")  # once, not per operation
+    assert [op["op"] for op in t.queue] == ["ensure", "end"]  # kept, in order
+    blocked.unlink()  # the folder can be made again: the next operation is journaled
+    t.log_params("k1", {"p": 1})
+    assert [json.loads(x)["op"] for x in t.journal.read_text().splitlines()] == ["params"]
+    blocked_again = t.journal
+    blocked_again.unlink()
+    blocked_again.mkdir()  # a directory where the journal file should be: failing again is said again
+    t.end("k1")
+    assert len([ln for ln in lines if "cannot write the journal" in ln]) == 2
+    assert [op["op"] for op in t.queue] == ["ensure", "end", "params", "end"]
