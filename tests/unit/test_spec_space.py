@@ -823,3 +823,19 @@ def test_load_spec_passes_the_rows_and_the_gpu_share_on(tmp_path):
     assert [t.row for t in load_spec(path).trials()] == ["a", "b"]
     spec = load_spec(path, rows=["b"], gpu_share=0.25)  # --rows b --gpu-share 0.25
     assert [t.row for t in spec.trials()] == ["b"] and spec.resources["gpu"] == 0.25
+
+
+def test_a_spec_file_of_the_largest_size_is_read_and_an_integer_error_is_cut_at_120_characters(tmp_path):
+    from sweeps.spec import MAX_SPEC_BYTES, read_yaml
+
+    body = yaml.safe_dump(GRID)
+    at_limit = tmp_path / "at-limit.yaml"
+    at_limit.write_text(body + "#" * (MAX_SPEC_BYTES - len(body)))  # a comment pads it to the limit exactly
+    assert at_limit.stat().st_size == MAX_SPEC_BYTES and read_yaml(at_limit) == GRID
+    huge_int = tmp_path / "int.yaml"
+    huge_int.write_text("max_concurrent: " + "9" * 5000)
+    with pytest.raises(SpecError) as err:
+        read_yaml(huge_int)
+    with pytest.raises(ValueError) as cause:
+        yaml.safe_load(huge_int.read_text())
+    assert len(str(cause.value)) > 120 and str(err.value) == f"{huge_int}: malformed YAML: {str(cause.value)[:120]}"
