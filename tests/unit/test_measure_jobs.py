@@ -41,14 +41,14 @@ def run_job(monkeypatch, capsys, spec: dict, stdin: str = "go\n") -> tuple[int, 
 
 
 def test_a_training_job_times_full_batches_and_scales_them_to_a_cifar10_epoch(tmp_path, monkeypatch, capsys):
-    awr = item("training", "ssat-mbi-awr")
-    code, events = run_job(monkeypatch, capsys, small(cal.job(awr, ARGS, tmp_path / "cache")))
+    spec = small(cal.job(item("training", "ssat-mbi-awr"), ARGS, tmp_path / "cache"))
+    code, events = run_job(monkeypatch, capsys, spec)
     assert code == 0 and [e["event"] for e in events] == ["ready", "result"]
     assert events[0]["peak_mib"] is None  # no CUDA memory on a CPU
     (rec,) = events[1]["records"]
     assert rec["bench"] == "trainer" and rec["method"] == "ssat-mbi-awr" and rec["device"] == "cpu"
     assert rec["mode"] == "eager" and rec["steps_timed"] == 2 and rec["step_ms"] > 0
-    cfg = from_dict(small(cal.job(awr, ARGS, tmp_path))["config"])
+    cfg = from_dict(spec["config"])
     assert rec["batch"] == cfg.batching.step_images(cfg)  # AWR: the unlabeled batch's images per step
     assert rec["epoch_steps"] == pytest.approx(measure.CIFAR10_EPOCH["awr"] / rec["batch"])
     episode = rec["epoch_model"].split("(")[1].split(" ")[0]
