@@ -406,3 +406,12 @@ def test_a_journal_that_cannot_be_written_is_said_once_per_spell_and_nothing_is_
     t.end("k1")
     assert len([ln for ln in lines if "cannot write the journal" in ln]) == 2
     assert [op["op"] for op in t.queue] == ["ensure", "end", "params", "end"]
+
+
+def test_an_empty_spool_left_by_a_driver_is_adopted_and_removed(tmp_path):
+    spool = tmp_path / "tracking_spool.jsonl"
+    spool.write_text("\n\n")  # a spool whose operations were all sent: blank lines only
+    lines = []
+    t = Tracker(f"http://127.0.0.1:{free_port()}", "exp", spool=spool, log=lines.append)
+    assert t.queue == [] and not spool.exists()  # nothing to journal: the file goes
+    assert lines == ["[tracking] adopted 0 operation(s) left unsent by an earlier driver (tracking_spool.jsonl)"]
