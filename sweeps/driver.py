@@ -114,11 +114,20 @@ class Interrupt:
     Inside a Tune stage it becomes SIGUSR1, Tune's own stop signal (Tune then saves its state and fit() returns
     normally, so `cause` is how the driver knows); elsewhere (the teacher stage) it raises KeyboardInterrupt.
     A second one inside a Tune stage raises KeyboardInterrupt too, as Tune's own handler would.
+    A signal's cause is the text of `cause_file` when a stopper wrote one (SLURM's settle: "SLURM ended job 7 ..."),
+    so the runs' reasons name what really stopped them; else the signal's name in STOP_SIGNALS.
     """
 
-    def __init__(self):
+    def __init__(self, cause_file: Path | None = None):
         self.cause: str | None = None  # what stopped the sweep, as its messages say it ("Ctrl+C", "SIGTERM", ...)
         self.in_tune = False
+        self.cause_file = cause_file
+
+    def signal_cause(self, signum: int) -> str:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if self.cause_file is not None and (text := self.cause_file.read_text().strip()):
+                return text.splitlines()[0]
+        return STOP_SIGNALS[signum]
 
     @property
     def requested(self) -> bool:
@@ -137,7 +146,7 @@ class Interrupt:
     def _handler(self, signum, frame):
         if signum == signal.SIGHUP:
             _quiet_console()
-        if not self.request(STOP_SIGNALS[signum]):
+        if not self.request(self.signal_cause(signum)):
             raise KeyboardInterrupt
 
     @contextlib.contextmanager
@@ -336,7 +345,8 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
     tracker.log_artifact(parent, spec_file, None)
     tracker.drain()
     stage = "teacher"
-    interrupt = Interrupt()
+    paths.stop_cause.unlink(missing_ok=True)  # a stopper's that outlived its stop would name this driver's Ctrl+C
+    interrupt = Interrupt(paths.stop_cause)
     try:
         with interrupt.installed():
             t0 = time.perf_counter()

@@ -33,6 +33,11 @@ class Paths:
         return self.sweep_dir / "sweep.json"
 
     @property
+    def stop_cause(self) -> Path:
+        """One line a stopper (`python -m sweeps.slurm settle`) writes before its Ctrl+C: the driver's name for it."""
+        return self.sweep_dir / "stop_cause"
+
+    @property
     def teacher_dir(self) -> Path:
         return Path(os.environ.get("SSAT_TEACHER_DIR") or self.workdir / "runs" / "teachers").resolve()
 

@@ -8,9 +8,10 @@ and what it leaves behind when SLURM ends it.
         any server starts: a spec or option error, and an allocation whose nodes cannot hold one trial.
     python -m sweeps.slurm settle NAME --workdir DIR --why TEXT [--grace S]
         After SLURM's SIGTERM (scancel, a requeue, the hard time limit), before its SIGKILL: Ctrl+C to the sweep's
-        driver if it still runs, SIGKILL after S seconds, then, holding the sweep's lock, what the driver could not
-        send is sent, every run of the sweep left RUNNING ends KILLED with TEXT and the resume command, and the
-        sweep's state says incomplete. Nothing is left RUNNING; `resume` goes on from the trials' checkpoints.
+        driver if it still runs (which ends its runs with TEXT as the cause), SIGKILL after S seconds, then, holding
+        the sweep's lock, what the driver could not send is sent, every run of the sweep left RUNNING ends KILLED
+        with TEXT and the resume command, and the sweep's state says incomplete. Nothing is left RUNNING; `resume`
+        goes on from the trials' checkpoints.
 """
 from __future__ import annotations
 
@@ -148,7 +149,11 @@ def settle(name: str, workdir: str | Path, why: str, grace: float = 10.0, log=pr
     if not paths.state.exists():
         log(f"sweep {name} was not started; nothing to settle")
         return 0
-    _stop_driver(paths.sweep_dir, grace, log)
+    paths.stop_cause.write_text(why + "\n")  # read by the driver's signal handler: its runs' reasons name SLURM
+    try:
+        _stop_driver(paths.sweep_dir, grace, log)
+    finally:
+        paths.stop_cause.unlink(missing_ok=True)
     # Bounded: SLURM's SIGKILL comes KillWait (30 s by default) after its SIGTERM.
     flush_s = float(os.environ.get("SSAT_TRACKING_FLUSH_S", "15"))
     with hold(paths.sweep_dir, f"python -m sweeps.slurm settle {name}", name=name, workdir=paths.workdir, log=log):

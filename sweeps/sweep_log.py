@@ -1,8 +1,10 @@
-"""The sweep's log, <sweep dir>/sweep.log: what Ray says that the console need not show, kept for when something
-goes wrong. The console gets one line per event from the sweep's own callbacks instead (sweeps.progress_callback):
+"""The sweep's log, <sweep dir>/sweep.log: what Ray and MLflow say that the console need not show, kept for when
+something goes wrong. The console gets one line per event from the sweep's own callbacks instead (sweeps.progress_callback):
 
 - tracebacks Ray's loggers print (a trial task that failed, a sync that failed): to the log; on the console,
   nothing for a trial's failure (its callback line says it), else the record's first line and where the rest is;
+- tracebacks MLflow's loggers print (its SQLAlchemy store on a full disk, a lost server): to the log only, since
+  every such failure reaches the sweep's Tracker, whose one `[tracking]` line says it and keeps the operations;
 - what Ray's raylet and autoscaler publish to the driver ("A worker died or was killed ...": the trial's line
   says it): to the log only;
 - Tune's own tables of trials and results, and its print of every trial error: off (its legacy reporter at
@@ -41,20 +43,20 @@ class SweepLog:
 LOG = SweepLog()
 
 
-def console_line(message: str, has_traceback: bool, is_trial_failure: bool) -> str | None:
-    """What of a Ray log record the console shows: all of it without a traceback; with one, nothing for a failed
-    trial task (the sweep's callback says it in one line), else the message's first line and where the rest is."""
+def console_line(message: str, has_traceback: bool, said_elsewhere: bool) -> str | None:
+    """What of a log record the console shows: all of it without a traceback; with one, nothing when the sweep's
+    own line says it (a failed trial task, a tracking store's failure), else its first line and where the rest is."""
     if not has_traceback:
         return message
-    if is_trial_failure:
+    if said_elsewhere:
         return None
     first = message.split("\n", 1)[0].removesuffix(":")
     return f"{first} (details in {LOG.path})"
 
 
 class ToSweepLog(logging.Filter):
-    """On the handler of Ray's `ray` logger: records carrying a traceback go to the sweep's log, and the console
-    gets `console_line` of them."""
+    """On the handlers of the `ray` and `mlflow` loggers: records carrying a traceback go to the sweep's log, and
+    the console gets `console_line` of them."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -63,7 +65,8 @@ class ToSweepLog(logging.Filter):
             return True
         text = logging.Formatter().format(record)
         LOG.write(f"{record.levelname} {record.name}: {text}")
-        shown = console_line(message, True, message.startswith("Trial task failed"))
+        said = message.startswith("Trial task failed") or record.name.split(".")[0] == "mlflow"
+        shown = console_line(message, True, said)
         if shown is None:
             return False
         record.msg, record.args, record.exc_info, record.exc_text = shown, (), None, None
@@ -85,7 +88,9 @@ def diverted(path: Path):
     import ray._private.worker as ray_worker
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # read by each fit(): Tune's trial tables off
-    for handler in logging.getLogger("ray").handlers:
+    import mlflow  # noqa: F401  (its import gives the `mlflow` logger its console handler, filtered here)
+
+    for handler in (*logging.getLogger("ray").handlers, *logging.getLogger("mlflow").handlers):
         if not any(isinstance(f, ToSweepLog) for f in handler.filters):
             handler.addFilter(ToSweepLog())
     if ray_worker.print_to_stdstream is not _publish_to_log:  # what listen_error_messages prints with (Ray 2.60)

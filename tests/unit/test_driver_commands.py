@@ -160,6 +160,38 @@ def test_a_stage_with_unfinished_trials_ends_the_sweeps_run_failed(work, monkeyp
         f"no driver; resume with `{resume}`"]
 
 
+@pytest.mark.parametrize("written_by", ["settle", "a settle that outlived its stop"])
+def test_a_stoppers_cause_names_the_stop_and_a_stale_one_is_ignored(work, monkeypatch, capsys, written_by):
+    """SLURM's settle writes its cause (stop_cause), then sends Ctrl+C: the runs' reasons name SLURM, not Ctrl+C.
+    A file left from an earlier stop is removed when a driver starts, so this driver's own Ctrl+C says Ctrl+C."""
+    import signal
+
+    stale = written_by != "settle"
+    cause_file = D.sweep_paths(work, "s").stop_cause
+    if stale:
+        cause_file.parent.mkdir(parents=True, exist_ok=True)
+        cause_file.write_text("SLURM ended job 3 (an old stop)\n")
+
+    def _run_stage(stage, spec, paths, st, tracker, meta, interrupt, resume, rerun_failed, log):
+        stage_that(None)(stage, spec, paths, st, tracker, meta, interrupt, resume, rerun_failed, log)
+        if not stale:
+            paths.stop_cause.write_text("SLURM ended job 7 (scancel, a requeue or its time limit)\nsecond line\n")
+        os.kill(os.getpid(), signal.SIGINT)  # outside a Tune stage: KeyboardInterrupt from the driver's handler
+        pytest.fail("the stop signal must interrupt the stage")
+
+    monkeypatch.setattr(D, "_run_stage", _run_stage)
+    assert run(work) == 1
+    cause = "Ctrl+C" if stale else "SLURM ended job 7 (scancel, a requeue or its time limit)"
+    resume = f"python -m sweeps resume s --workdir {work}"
+    got = runs(work)
+    assert got["s-sweep"].data.tags["ssat.status"] == (
+        f"KILLED: interrupted ({cause}) in stage grid; resume with: {resume}")
+    assert got["s-trial"].data.tags["ssat.status"] == (
+        f"KILLED: the sweep stopped in stage grid (interrupted ({cause})) while this run was RUNNING; "
+        f"resume with: {resume}")
+    assert f"sweep s is INCOMPLETE: stage grid interrupted ({cause}). Resume with:" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("error,code", [(SweepError("no GPU anywhere"), 2), (RuntimeError("TuneError: boom"), None),
                                         (KeyboardInterrupt(), 1)])
 def test_an_error_in_a_stage_ends_the_sweeps_run_and_releases_the_lock(work, monkeypatch, capsys, error, code):

@@ -189,9 +189,17 @@ def runs_by_key(uri: str) -> dict:
 @pytest.mark.parametrize("ignores_sigint", [False, True])
 def test_settle_stops_the_driver_and_leaves_nothing_running(work, store, capsys, ignores_sigint):  # noqa: F811
     started_sweep(work, store)
+    # The stand-in driver copies the cause settle wrote for it (stop_cause) when Ctrl+C comes, then dies of it.
     code = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(300)" if ignores_sigint \
-        else "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); time.sleep(300)"
-    driver = subprocess.Popen([sys.executable, "-c", code])
+        else ("import os, signal, sys, time\n"
+              "def on_int(signum, frame):\n"
+              "    open(sys.argv[2], 'w').write(open(sys.argv[1]).read())\n"
+              "    signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "signal.signal(signal.SIGINT, on_int)\n"
+              "time.sleep(300)\n")
+    cause_file, seen = D.sweep_paths(work, "s").stop_cause, work / "seen_cause"
+    driver = subprocess.Popen([sys.executable, "-c", code, str(cause_file), str(seen)])
     try:
         time.sleep(0.5)  # its SIGINT handler is in place
         hold_lock(work, driver)
@@ -208,6 +216,9 @@ def test_settle_stops_the_driver_and_leaves_nothing_running(work, store, capsys,
     out = capsys.readouterr().out
     assert f"sweep s stopped (SLURM ended job 7); no run of it is RUNNING. Resume with:\n  {resume}" in out
     assert ("did not stop within 1 s: killed" in out) == ignores_sigint
+    assert not cause_file.exists()  # removed once the driver is gone: a later Ctrl+C is not named SLURM's
+    if not ignores_sigint:
+        assert seen.read_text() == "SLURM ended job 7\n"
 
 
 def test_settle_keeps_what_the_driver_ended_and_sends_what_it_left_unsent(work, store):  # noqa: F811

@@ -41,6 +41,28 @@ def test_a_failed_trial_tasks_traceback_goes_to_the_sweep_log_only(tmp_path):
     assert quiet.filter(outside) and outside.exc_info is not None  # no sweep runs: Ray's output as it is
 
 
+def test_an_mlflow_store_traceback_goes_to_the_sweep_log_only(tmp_path):
+    """On a full disk MLflow's SQLAlchemy store logs its error with a traceback before raising; the Tracker's own
+    [tracking] line says it, so the console shows none of it (the CI log of stop 38 showed all of it)."""
+    err = OSError(28, "database or disk is full")
+    with diverted(tmp_path / "sweep.log"):
+        handler = logging.getLogger("mlflow").handlers[0]
+        assert any(isinstance(f, ToSweepLog) for f in handler.filters)
+        store = logging.LogRecord("mlflow.store.db.utils", logging.ERROR, __file__, 1,
+                                  "SQLAlchemy database error. The following exception is caught.\n%s", (err,),
+                                  (OSError, err, None))
+        assert not handler.filter(store)
+        info = logging.LogRecord("mlflow.store.db.utils", logging.INFO, __file__, 1, "Creating initial tables", (),
+                                 None)
+        assert handler.filter(info) and info.getMessage() == "Creating initial tables"
+        ray_named = logging.LogRecord("ray.mlflow_like", logging.ERROR, __file__, 1, "Sync failed", (),
+                                      (OSError, err, None))
+        assert ToSweepLog().filter(ray_named)  # only MLflow's own loggers are silenced, not a name containing it
+    log = (tmp_path / "sweep.log").read_text()
+    assert "ERROR mlflow.store.db.utils: SQLAlchemy database error" in log and "database or disk is full" in log
+    assert "Creating initial tables" not in log
+
+
 def test_raylet_messages_go_to_the_sweep_log_and_to_rays_printer_outside_a_sweep(tmp_path, monkeypatch):
     with diverted(tmp_path / "sweep.log"):
         assert ray_worker.print_to_stdstream is sweep_log._publish_to_log  # the name Ray 2.60 prints with
