@@ -130,6 +130,20 @@ def test_ctrl_c_becomes_tunes_stop_signal_inside_a_stage_and_keyboardinterrupt_o
         signal.signal(signal.SIGUSR1, old_usr1)
 
 
+def test_a_signals_cause_is_the_stoppers_first_line_else_the_signals_name(tmp_path):
+    """settle's stop_cause names the stop; a file that is missing, blank or unreadable never breaks the handler."""
+    cause_file = tmp_path / "stop_cause"
+    stop = Interrupt(cause_file)
+    assert stop.signal_cause(signal.SIGINT) == "Ctrl+C"  # missing
+    cause_file.write_text("  \n\n")
+    assert stop.signal_cause(signal.SIGTERM) == "SIGTERM"  # blank
+    cause_file.write_bytes(b"\xff\xfe not text")
+    assert stop.signal_cause(signal.SIGHUP) == "SIGHUP"  # not UTF-8
+    cause_file.write_text("\n SLURM ended job 7 (scancel)\nmore\n")
+    assert stop.signal_cause(signal.SIGINT) == "SLURM ended job 7 (scancel)"
+    assert Interrupt().signal_cause(signal.SIGINT) == "Ctrl+C"
+
+
 @pytest.mark.parametrize("sig, cause", [(signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
 def test_sigterm_and_sighup_stop_a_sweep_as_ctrl_c_does_and_say_which(sig, cause):
     got = []
