@@ -345,7 +345,7 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
     tracker.log_artifact(parent, spec_file, None)
     tracker.drain()
     stage = "teacher"
-    paths.stop_cause.unlink(missing_ok=True)  # a stopper's that outlived its stop would name this driver's Ctrl+C
+    paths.stop_cause.unlink(missing_ok=True)  # one left by an earlier stop would misname this driver's Ctrl+C
     interrupt = Interrupt(paths.stop_cause)
     try:
         with interrupt.installed():

@@ -1,5 +1,6 @@
 """The sweep's log, <sweep dir>/sweep.log: what Ray and MLflow say that the console need not show, kept for when
-something goes wrong. The console gets one line per event from the sweep's own callbacks instead (sweeps.progress_callback):
+something goes wrong. The console gets one line per event from the sweep's own callbacks instead
+(sweeps.progress_callback):
 
 - tracebacks Ray's loggers print (a trial task that failed, a sync that failed): to the log; on the console,
   nothing for a trial's failure (its callback line says it), else the record's first line and where the rest is;
