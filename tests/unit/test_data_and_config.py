@@ -147,3 +147,14 @@ def test_mnist5k_comes_from_its_uint8_cache_and_a_wrong_cache_is_rebuilt(tmp_pat
     assert got_x.dtype == np.uint8 and np.array_equal(got_x, X) and np.array_equal(got_y, y)
     with np.load(cache) as z:
         assert np.array_equal(z["X"], X) and z["X"].dtype == np.uint8 and np.array_equal(z["y"], y)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("method.label_smoothing", 1.0, "method.label_smoothing: 1.0; allowed: [0, 1)"),  # 1 smooths the label away
+    ("method.tau_prime", 0.0, "method.tau_prime: 0.0; allowed: > 0"),
+])
+def test_a_method_value_at_its_bound_is_refused_by_name(key, value, message):
+    from_dict(preset("mnist5k-ssat-mbi"), {key: 0.1 if key.endswith("smoothing") else 0.5})  # inside: accepted
+    with pytest.raises(ConfigError) as err:
+        from_dict(preset("mnist5k-ssat-mbi"), {key: value})
+    assert message in str(err.value)

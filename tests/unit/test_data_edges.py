@@ -51,3 +51,45 @@ def test_data_errors_name_the_field_the_choices_and_the_fix(tmp_path):
         check_root("cifar10", str(tmp_path))
     assert str(e.value).endswith(f"Fetch it with `python -m ssat.datasets --download cifar10 --data-root {tmp_path}` "
                                  "(torchvision's downloader) or copy the files there.")
+
+
+def test_a_class_short_of_its_labels_is_named_with_what_it_has():
+    y = np.array([0] * 3 + [1] * 57)  # class 0 has 3 images for the 5 labels each class needs
+    with pytest.raises(DataError) as err:
+        make_split("mnist5k", np.where(y == 1, np.arange(60) % 9 + 1, 0), split_seed=0, n_val=0, n_labeled=50)
+    assert str(err.value) == "data.n_labeled: class 0 has only 3 images left for 5 labels"
+
+
+def test_indices_out_of_range_suggest_a_file_of_another_dataset():
+    with pytest.raises(DataError) as err:
+        make_split("mnist5k", Y, split_seed=0, n_val=0, labeled_idx=np.array([0, 60]))
+    assert str(err.value) == ("data.labeled_idx_file: indices must lie in [0, 60); got 0..60 "
+                              "(a file of another dataset?)")
+
+
+@pytest.mark.parametrize("dataset, calls", [
+    ("cifar10", [("CIFAR10", {"train": True}), ("CIFAR10", {"train": False})]),
+    ("cifar100", [("CIFAR100", {"train": True}), ("CIFAR100", {"train": False})]),
+    ("svhn", [("SVHN", {"split": "train"}), ("SVHN", {"split": "test"})]),
+])
+def test_download_fetches_the_training_and_test_parts_into_the_root(monkeypatch, tmp_path, dataset, calls):
+    """torchvision's downloaders need the internet, which tests do not have: recorders stand in for them, so what is
+    checked is which downloader gets which root and part (the downloaders themselves are torchvision's)."""
+    import torchvision
+
+    from ssat import datasets
+
+    got = []
+    for name in ("CIFAR10", "CIFAR100", "SVHN"):
+        monkeypatch.setattr(torchvision.datasets, name,
+                            lambda root, _name=name, **kw: got.append((_name, root, kw)))
+    datasets.download(dataset, str(tmp_path))
+    assert got == [(name, str(tmp_path), {**part, "download": True}) for name, part in calls]
+
+
+def test_download_of_a_shipped_dataset_says_there_is_nothing_to_fetch(tmp_path):
+    from ssat import datasets
+
+    with pytest.raises(DataError) as err:
+        datasets.download("mnist5k", str(tmp_path))
+    assert str(err.value) == "mnist5k ships with the package; nothing to download"

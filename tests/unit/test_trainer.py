@@ -61,8 +61,16 @@ def test_resume_is_bit_identical(tmp_path, method):
 
 def test_metrics_follow_the_schedule_and_checkpoints_exist(tmp_path):
     cfg = tiny(**{"attack.schedule": "linear", "attack.t": 3})
-    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
-    hist = tr.fit()
+    progress = []
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=progress.append)
+    hist, lrs = [], []
+    for m in tr.epochs():  # the optimiser's learning rate is the schedule's, epoch by epoch
+        hist.append(m)
+        lrs.append(tr.opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([m["sched/lr"] for m in hist]) and lrs[-1] == pytest.approx(lrs[0] * 0.1)
+    assert tr.train_seconds == pytest.approx(sum(m["perf/epoch_seconds"] for m in hist)) and tr.train_seconds > 0
+    assert [line.split(" | ")[0] for line in progress if line.startswith("epoch ")] == [
+        "epoch 1/3", "epoch 2/3", "epoch 3/3"]
     eps = [m["sched/eps_max"] for m in hist]
     assert eps == pytest.approx([0.1, 0.2, 0.3])
     assert [m["adv/pgd_linf_max"] for m in hist] == pytest.approx(eps, abs=1e-5)
@@ -82,6 +90,7 @@ def test_metrics_follow_the_schedule_and_checkpoints_exist(tmp_path):
     assert said[1:] == [f"  [{k}] pgd{s}: {res[k][f'pgd{s}']['acc']:.2f}%" for k in ("best", "last") for s in (10, 20)]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert json.loads(saved["protocols"]["protocol/best/pgd20"])["step"] == pytest.approx(0.03)
+    assert saved["best_epoch"] == tr.best_epoch >= 1
 
 
 def test_nan_loss_stops_with_reason(tmp_path, monkeypatch):
