@@ -148,8 +148,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _int(value: Any, path: str, key: str, lo: int = 1, hi: int | None = None,
-         allowed: str = "a positive integer") -> int:
+def _int(value: Any, path: str, key: str, lo: int = 1, hi: int | None = None, *, allowed: str) -> int:
     """`value` when it is an integer in lo..hi; else the spec error naming the key, the value and what is allowed."""
     if not _integer(value) or value < lo or (hi is not None and value > hi):
         raise _err(path, f"{key}: {brief(value)}; allowed: {allowed}")

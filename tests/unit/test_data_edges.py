@@ -17,6 +17,8 @@ def test_imported_labels_are_held_out_of_the_validation_draw():
     assert sorted(full.val.tolist()) == sorted(set(range(60)) - set(idx.tolist())) and len(full.unlabeled) == 0
     with pytest.raises(DataError, match="exceed the 60 training images"):
         make_split("mnist5k", Y, split_seed=0, n_val=41, labeled_idx=idx)
+    narrow = make_split("mnist5k", Y, split_seed=0, n_val=30, labeled_idx=idx.astype(np.int32))  # a saved int32 file
+    assert narrow.labeled.dtype == narrow.unlabeled.dtype == np.int64 and narrow.hash == s.hash
 
 
 def test_a_fully_labeled_split_labels_all_but_the_validation_set():

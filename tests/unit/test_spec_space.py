@@ -14,6 +14,7 @@ import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
+from ssat.config import brief
 from sweeps.space import check_space, corner_configs, define_by_run, space_function
 from sweeps.spec import Spec, SpecError, Trial, _int_field, _min_grace, load_spec, parse_spec, read_yaml
 
@@ -792,6 +793,10 @@ def test_trial_counts_are_allowed_up_to_the_limit_and_refused_one_past_it(monkey
             "search.confirm.top_k: 7; allowed: a positive integer up to 6")
     refused(search(num_samples=2, confirm={"top_k": 2, "seeds": [100, 101, 102, 103]}),
             "search.confirm: top_k 2 x 4 seeds = 8 trials; allowed: at most 6")
+    rows = [{"row": r, "set": {}} for r in "abc"]
+    assert len(parse_spec(grid(grid=rows, seeds=[0, 1])).trials()) == 6
+    refused(grid(grid=rows, seeds=[0, 1, 2]), "grid: 3 rows x 3 seeds = 9 trials; allowed: at most 6 (a limit no real "
+                                              "sweep comes near: split it into several sweeps)")
 
 
 def test_epochs_past_the_limit_are_refused():
@@ -839,3 +844,27 @@ def test_a_spec_file_of_the_largest_size_is_read_and_an_integer_error_is_cut_at_
     with pytest.raises(ValueError) as cause:
         yaml.safe_load(huge_int.read_text())
     assert len(str(cause.value)) > 120 and str(err.value) == f"{huge_int}: malformed YAML: {str(cause.value)[:120]}"
+
+
+LIMIT_NOTE = "(a limit no real sweep comes near)"
+
+
+@pytest.mark.parametrize("where, make, limit", [
+    ("grid[0].row", lambda text: grid(grid=[{"row": text, "set": {}}]), 200),
+    ("metric", lambda text: grid(metric="val/" + text[4:]), 200),
+    ("resources.custom", lambda text: grid(resources={"custom": {text: 1}}), 200),
+    ("description", lambda text: grid(description=text), 5_000),
+    ("table", lambda text: grid(table=text), 200),
+])
+def test_a_text_field_at_its_limit_is_read_and_one_over_is_refused_with_the_spec_named(where, make, limit):
+    """Each free-text field: `limit` characters accepted; one more refused, the spec named first, the value cut."""
+    parse_spec(make("r" * limit))
+    with pytest.raises(SpecError) as err:
+        parse_spec(make("r" * (limit + 1)))
+    value = "val/" + "r" * (limit - 3) if where == "metric" else "r" * (limit + 1)
+    assert str(err.value) == (f"<spec>: {where}: {limit + 1:,} characters ({brief(value)}); allowed: at most "
+                              f"{limit:,} {LIMIT_NOTE}")
+
+
+def test_rows_of_a_search_spec_are_refused_by_name():
+    refused(search(), "--rows: this spec has a search, not grid rows; --rows picks rows of a grid spec", rows=["a"])
