@@ -868,3 +868,20 @@ def test_a_text_field_at_its_limit_is_read_and_one_over_is_refused_with_the_spec
 
 def test_rows_of_a_search_spec_are_refused_by_name():
     refused(search(), "--rows: this spec has a search, not grid rows; --rows picks rows of a grid spec", rows=["a"])
+
+
+def test_seeds_are_allowed_up_to_their_limit_and_expected_seeds_too(monkeypatch):
+    import sweeps.spec as spec_module
+
+    monkeypatch.setattr(spec_module, "MAX_SEEDS", 3)
+    assert parse_spec(grid(seeds=[0, 1, 2])).seeds == [0, 1, 2]
+    refused(grid(seeds=[0, 1, 2, 3]), "seeds: 4 of them; allowed: at most 3")
+    refused(grid(expected_seeds=4), "expected_seeds: 4; allowed: a positive integer up to 3")
+
+
+def test_custom_resources_that_are_not_a_mapping_are_refused_as_such_whatever_they_hold():
+    long_name = "n" * 201  # as a mapping's key it would be refused for its length; in a list, for not being a mapping
+    with pytest.raises(SpecError) as err:
+        parse_spec(grid(resources={"custom": [long_name]}))
+    assert str(err.value).startswith("<spec>: resources.custom: ['nnn") and "allowed: a mapping of Ray custom " \
+        "resource names to amounts > 0" in str(err.value)
