@@ -149,12 +149,22 @@ def test_mnist5k_comes_from_its_uint8_cache_and_a_wrong_cache_is_rebuilt(tmp_pat
         assert np.array_equal(z["X"], X) and z["X"].dtype == np.uint8 and np.array_equal(z["y"], y)
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("method.label_smoothing", 1.0, "method.label_smoothing: 1.0; allowed: [0, 1)"),  # 1 smooths the label away
-    ("method.tau_prime", 0.0, "method.tau_prime: 0.0; allowed: > 0"),
+@pytest.mark.parametrize("key, value, inside, message", [
+    ("method.label_smoothing", 1.0, 0.1, "method.label_smoothing: 1.0; allowed: [0, 1)"),  # 1 smooths the label away
+    ("method.tau_prime", 0.0, 0.5, "method.tau_prime: 0.0; allowed: > 0"),
+    ("attack.step_ratio", 0.0, 0.5, "attack.step_ratio: 0.0; allowed: > 0"),
+    ("optim.epochs", 10_001, 10_000, "optim.epochs: 10001; allowed: 1..10,000 (a limit no real run comes near)"),
+    ("seed", 2**64, 2**64 - 1, "seed: 18446744073709551616; allowed: a 64-bit integer (torch's seed range)"),
 ])
-def test_a_method_value_at_its_bound_is_refused_by_name(key, value, message):
-    from_dict(preset("mnist5k-ssat-mbi"), {key: 0.1 if key.endswith("smoothing") else 0.5})  # inside: accepted
+def test_a_value_at_its_bound_is_refused_by_name(key, value, inside, message):
+    from_dict(preset("mnist5k-ssat-mbi"), {key: inside})  # inside: accepted
     with pytest.raises(ConfigError) as err:
         from_dict(preset("mnist5k-ssat-mbi"), {key: value})
-    assert message in str(err.value)
+    assert str(err.value) == message
+
+
+def test_interpolation_with_a_loss_that_never_uses_it_names_the_methods_that_do():
+    with pytest.raises(ConfigError) as err:
+        from_dict(preset("mnist5k-ssat-mbi"), {"method.name": "rst", "method.interpolate": True})
+    assert str(err.value) == ("method.interpolate: true with method.name='rst', whose loss never uses the interpolated "
+                              "example; use one of ssat-mbi, trades, ssat-mbi-awr, or set interpolate=false")
