@@ -9,7 +9,7 @@
 #   bash benchmarks/device_calibrate.sh all               on the GPU: demo, then calibrate --missing-only (CAL_ARGS)
 #                                                         in what is left of ALL_S seconds (default 500): one call
 #   bash benchmarks/device_calibrate.sh --cpu-smoke PART  the same commands on this machine's CPU at tiny sizes
-#                                                         (tests/slow/test_device_run_smoke.py); no measurement
+#                                                         (run it here before a device call); no measurement
 # What comes back ($OUT, at most 8 files): the calibration records, the logs, the demo's table and the TF32 rows.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled
