@@ -31,6 +31,7 @@ COMPILE_MODES = ("auto", "off", "default", "max-autotune-no-cudagraphs", "reduce
 SWITCHES = ("auto", "on", "off")
 SWITCH_FIELDS = ("system.graph_mode", "system.fused_forward", "system.fold_bn")
 PGD_FORWARDS = ("weighted", "always")
+SELECT_BY = ("pgd10", "clean")
 
 
 def __getattr__(name: str):
@@ -147,6 +148,9 @@ class OptimConfig:
 @dataclass
 class EvalConfig:
     val_every: int = 1                 # validate every this many epochs, and at the last two
+    select_by: str = "pgd10"           # the validation accuracy that decides the best checkpoint, the other one
+                                       # breaking ties: pgd10 (the paper's protocol) or clean (standard training,
+                                       # whose PGD-10 is a few surviving images: noise, not robustness)
     batch_size: int = 500
     test_n: int | None = None          # None: the whole test set
     autoattack: bool = True
@@ -465,6 +469,7 @@ def validate(cfg: Config) -> None:
     _one_of("system.fused_forward", s.fused_forward, SWITCHES)
     _one_of("system.fold_bn", s.fold_bn, SWITCHES)
     _one_of("method.pgd_forward", m.pgd_forward, PGD_FORWARDS)
+    _one_of("eval.select_by", cfg.eval.select_by, SELECT_BY)
     _need(0 < m.rho0 < 1, f"method.rho0: {m.rho0} is out of range; allowed: 0 < rho0 < 1 "
           "(and 2*rho0 < 1 when rho_double_epoch is set)")
     if m.rho_double_epoch is not None:

@@ -16,7 +16,8 @@ LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device
 # code before them: every run tracked so far keeps its key (tests/unit/test_preset_hashes.py).
 HASH_NEUTRAL = {("data", "labeled_sampling"): "random", ("method", "awr_forwards"): "single",
                 ("attack", "inner_target"): "soft", ("optim", "lr_decay_after_milestone"): False,
-                ("optim", "swa_bn"): "recompute", ("method", "pgd_forward"): "always", ("eval", "tf32"): False}
+                ("optim", "swa_bn"): "recompute", ("method", "pgd_forward"): "always", ("eval", "tf32"): False,
+                ("eval", "select_by"): "pgd10"}
 # Hash-neutral fields that change what is trained only under a condition: left out of the hash elsewhere, so the
 # keys of the configurations they cannot change stay (pgd_forward acts only where x_pgd's KL term has weight 0).
 HASHED_ONLY_WHERE = {("method", "pgd_forward"): lambda cfg: cfg.method.interpolate and cfg.method.beta == 1}

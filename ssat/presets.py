@@ -120,8 +120,8 @@ def _mnist(method: str) -> dict:
     if method == "trades":
         data["fully_labeled"] = True
         m.update(lam=6.0)
-    return {"data": data, "model": {"name": "cnn-small"}, "method": m, "attack": a, "optim": o,
-            "eval": {"autoattack_n": 200}}
+    ev = {"autoattack_n": 200, **({"select_by": "clean"} if method == "standard" else {})}
+    return {"data": data, "model": {"name": "cnn-small"}, "method": m, "attack": a, "optim": o, "eval": ev}
 
 
 def _build() -> dict[str, dict]:

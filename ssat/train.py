@@ -145,7 +145,7 @@ class Trainer:
         return (self.engine.prep([to_float(xs[i: i + 500])])[0] for i in range(0, len(xs), 500))
 
     def selection_model(self, epoch: int) -> nn.Module:
-        """The model whose validation PGD-10 decides 'best': the SWA model once SWA has started (ssat/swa.py)."""
+        """The model whose validation decides 'best': the SWA model once SWA has started (ssat/swa.py)."""
         return self.model if self.swa is None else self.swa.model_for(epoch, self.model)
 
     def validate(self, model: nn.Module) -> dict[str, float]:
@@ -207,9 +207,9 @@ class Trainer:
             # every val_every epochs, and always the last two: the convergence check compares them
             if epoch % self.cfg.eval.val_every == 0 or epoch >= self.cfg.optim.epochs - 1:
                 metrics.update(self.validate(selection))
-            # best = highest validation PGD-10, ties broken by clean accuracy (standard training scores 0 always)
+            # best = highest validation accuracy of eval.select_by, ties broken by the other one
             score = (metrics.get("val/pgd10", -math.inf), metrics.get("val/clean", -math.inf))
-            improved = self.best_epoch == 0 or score > (self.best_score, self.best_clean)
+            improved = self.best_epoch == 0 or self._ranked(score) > self._ranked((self.best_score, self.best_clean))
             if improved:
                 (self.best_score, self.best_clean), self.best_epoch = score, epoch
             if math.isfinite(self.best_score):  # not before the first validation: -inf would reach every logger
@@ -220,6 +220,10 @@ class Trainer:
             faults.maybe("after_checkpoint", epoch)
             self.log(_progress(epoch, self.cfg.optim.epochs, metrics))
             yield metrics
+
+    def _ranked(self, score: tuple[float, float]) -> tuple[float, float]:
+        """(val PGD-10, val clean) in the order that decides 'best': eval.select_by's accuracy first."""
+        return score if self.cfg.eval.select_by == "pgd10" else score[::-1]
 
     def fit(self) -> list[dict]:
         return list(self.epochs())

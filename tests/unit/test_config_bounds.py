@@ -44,6 +44,8 @@ def test_the_edge_of_each_bound_is_allowed(over):
     ({"eval.autoattack_n": 0}, r"eval\.autoattack_n: 0; allowed: >= 1"),
     ({"system.cuda_memory_fraction": 1.5}, r"system\.cuda_memory_fraction"),
     ({"system.compile": "fast"}, r"^system\.compile: 'fast' is not allowed"),
+    ({"eval.select_by": "pgd20"}, r"^eval\.select_by: 'pgd20' is not allowed \(did you mean 'pgd10'\?\); "
+                                  r"allowed: pgd10, clean$"),
     ({"data.n_labeled": 0}, r"data\.n_labeled: 0; allowed: >= 1"),
     ({"data.n_unlabeled": -1}, r"data\.n_unlabeled: -1; allowed: >= 0 or None"),
     ({"attack.eps": 0.0}, r"attack\.eps: 0\.0; allowed: eps > 0"),

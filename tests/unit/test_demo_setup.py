@@ -67,3 +67,12 @@ def test_the_best_row_is_the_best_mean_over_seeds_not_the_best_single_run():
 def test_no_result_to_rank_by_is_an_error_naming_the_metric():
     with pytest.raises(SweepError, match="test/best/pgd20"):
         best_row(_runs({("a", 0): None, ("b", 0): None}))
+
+
+def test_only_the_standard_row_selects_its_best_checkpoint_by_clean_accuracy():
+    """Standard training's validation PGD-10 is a surviving image or two (noise): its best checkpoint is the one of
+    highest validation clean accuracy; every adversarial row keeps the paper's (highest validation PGD-10)."""
+    got = {}
+    for t in load_spec(SPEC).trials():
+        got.setdefault(t.config.method.lam == 0, set()).add(t.config.eval.select_by)
+    assert got == {True: {"clean"}, False: {"pgd10"}}

@@ -182,6 +182,24 @@ def test_a_tie_keeps_the_earlier_best_epoch(tmp_path, monkeypatch):
     assert load_verified(tmp_path / "best.pt")["epoch"] == 1
 
 
+@pytest.mark.parametrize("select_by, best_after", [("pgd10", [1, 1, 3, 3]), ("clean", [1, 2, 3, 3])])
+def test_select_by_names_the_accuracy_that_decides_best_and_the_other_breaks_ties(tmp_path, monkeypatch, select_by,
+                                                                                   best_after):
+    """Standard training's case (the demo's baseline, 2026-11-28): one image of 500 survives PGD-10 at epoch 1 (0.2)
+    and none at epoch 2; by pgd10 the half-trained epoch 1 stays best, by clean the trained epoch 2 takes it. Epoch
+    3 wins either way through the tie-break: it ties the best on select_by's accuracy and beats it on the other.
+    Epoch 4 is below epoch 3 either way."""
+    clean, pgd10 = [70.0, 92.0, 92.0, 75.0], [0.2, 0.0, 0.2, 0.2]
+    vals = iter(zip(clean, pgd10))
+    cfg = tiny(**{"optim.epochs": 4, "optim.lr_milestones": [3], "attack.t": 4, "eval.select_by": select_by})
+    tr = Trainer(cfg, tmp_path, teacher=fake_teacher(cfg), log=lambda s: None)
+    monkeypatch.setattr(tr, "validate", lambda model: dict(zip(("val/clean", "val/pgd10"), next(vals))))
+    hist = tr.fit()
+    assert [h["val/best_pgd10"] for h in hist] == [pgd10[b - 1] for b in best_after]  # the best epoch's PGD-10
+    assert tr.best_epoch == 3 and load_verified(tmp_path / "best.pt")["epoch"] == 3
+    assert (tr.best_score, tr.best_clean) == (0.2, 92.0)
+
+
 def test_a_compile_mode_wraps_the_model_the_optimiser_trains(tmp_path):
     """system.compile: the step's forwards go through torch.compile of the trained model (compiled lazily, at the
     first call, so building the trainer costs nothing here)."""
