@@ -129,7 +129,7 @@ def test_ctrl_c_in_the_teacher_and_grid_stages_then_resume(ray_local, tmp_path, 
     assert len(_runs(uri, "cut-grid", "teacher")) == 1
 
 
-def test_ctrl_c_in_the_search_and_confirm_stages_then_resume(ray_local, teacher_dir, tmp_path, capfd):
+def test_ctrl_c_in_the_search_and_confirm_stages_then_resume(ray_local, teacher_dir, tmp_path, capfd, monkeypatch):
     search = {"num_samples": 3, "sampler_seed": 3,
               "space": {"method.beta": {"float": [0.0, 1.0]}, "method.tau": {"float": [0.5, 4.0]}},
               "early_stopping": {"grace_period": 2, "reduction_factor": 2}, "confirm": {"top_k": 1, "seeds": [10]}}
@@ -148,8 +148,12 @@ def test_ctrl_c_in_the_search_and_confirm_stages_then_resume(ray_local, teacher_
     assert trial_runs(uri, "cut-search", "confirm") == []
     assert not (tmp_path / "runs" / "sweeps" / "cut-search" / "tune" / "confirm").exists()
 
-    # 2. Resume: the search runs up to its 3 samples; Ctrl+C in the confirm stage.
-    sent = _interrupt_when(lambda: _reported(tmp_path, "cut-search", "confirm"))
+    # 2. Resume: the search runs up to its 3 samples; Ctrl+C in the confirm stage. Its one trial (seed 10) waits at
+    # epoch 2 until then: on a fast machine its 3 epochs ended before the Ctrl+C that its first report set off.
+    once = tmp_path / "once"
+    monkeypatch.setenv("SSAT_FAULT", "hold@2:1/seed=10")
+    monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(once))
+    sent = _interrupt_when(lambda: any(once.glob("hold@2_1_seed=10-*")))
     assert sweeps_main(["resume", "cut-search", "--workdir", str(tmp_path)]) == 1
     assert sent.is_set()
     out = capfd.readouterr().out
