@@ -38,6 +38,7 @@ from .paths import Paths, sweep_paths
 from .provenance import code_version
 from .resources import check_gpu, init_ray
 from .run_records import sweep_key, sweep_record
+from .slurm import ended_by_slurm
 from .spec import NAME_RE, Spec, parse_spec, read_yaml
 from .sweep_log import diverted
 from .teacher_stage import teacher_stage
@@ -115,7 +116,8 @@ class Interrupt:
     normally, so `cause` is how the driver knows); elsewhere (the teacher stage) it raises KeyboardInterrupt.
     A second one inside a Tune stage raises KeyboardInterrupt too, as Tune's own handler would.
     A signal's cause is the text of `cause_file` when a stopper wrote one (SLURM's settle: "SLURM ended job 7 ..."),
-    so the runs' reasons name what really stopped them; else the signal's name in STOP_SIGNALS.
+    so the runs' reasons name what really stopped them; else, for SIGTERM inside a SLURM job, SLURM's ending of it;
+    else the signal's name in STOP_SIGNALS.
     """
 
     def __init__(self, cause_file: Path | None = None):
@@ -127,6 +129,8 @@ class Interrupt:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             if self.cause_file is not None and (text := self.cause_file.read_text().strip()):
                 return text.splitlines()[0]
+        if signum == signal.SIGTERM and (job := os.environ.get("SLURM_JOB_ID")):
+            return ended_by_slurm(job)  # SLURM signals every process of its job: this one often before settle wrote
         return STOP_SIGNALS[signum]
 
     @property

@@ -144,6 +144,21 @@ def test_a_signals_cause_is_the_stoppers_first_line_else_the_signals_name(tmp_pa
     assert Interrupt().signal_cause(signal.SIGINT) == "Ctrl+C"
 
 
+def test_sigterm_inside_a_slurm_job_names_slurm_until_settle_says_more(tmp_path, monkeypatch):
+    """SLURM's scancel or requeue sends SIGTERM to every process of the job, so the driver can get it before settle
+    has written stop_cause (CI, 2026-11-28: its runs then said "interrupted (SIGTERM)"): SIGTERM in a SLURM job is
+    SLURM's, in the words settle uses; other signals, and SIGTERM outside SLURM, keep their names."""
+    cause_file = tmp_path / "stop_cause"
+    stop = Interrupt(cause_file)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert stop.signal_cause(signal.SIGTERM) == "SIGTERM"
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert stop.signal_cause(signal.SIGTERM) == "SLURM ended job 42 (scancel, a requeue or its time limit)"
+    assert [stop.signal_cause(s) for s in (signal.SIGINT, signal.SIGHUP)] == ["Ctrl+C", "SIGHUP"]
+    cause_file.write_text("the time limit of SLURM job 42\n")
+    assert stop.signal_cause(signal.SIGTERM) == "the time limit of SLURM job 42"  # settle's file still wins
+
+
 @pytest.mark.parametrize("sig, cause", [(signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
 def test_sigterm_and_sighup_stop_a_sweep_as_ctrl_c_does_and_say_which(sig, cause):
     got = []

@@ -294,3 +294,10 @@ def test_a_killed_driver_is_waited_for_until_its_lock_is_free(tmp_path, monkeypa
     assert signals == [signal.SIGINT, signal.SIGKILL]
     assert lines == ["[slurm] the sweep's driver (pid 4242) did not stop within 1 s: killed"]
     assert len(polls) == 6  # the first (live) inspection, then polls until the lock was free
+
+
+def test_the_template_settles_a_sigterm_with_the_cause_the_driver_names():
+    """The driver names a SIGTERM inside a SLURM job with ended_by_slurm before settle's stop_cause exists: the
+    template's settle must write the same words, so every run's reason reads alike whoever ended it."""
+    template = (Path(__file__).resolve().parents[2] / slurm.TEMPLATE).read_text()
+    assert f'--why "{slurm.ended_by_slurm("$job")}"' in template
