@@ -38,7 +38,6 @@ from .paths import Paths, sweep_paths
 from .provenance import code_version
 from .resources import check_gpu, init_ray
 from .run_records import sweep_key, sweep_record
-from .slurm import ended_by_slurm
 from .spec import NAME_RE, Spec, parse_spec, read_yaml
 from .sweep_log import diverted
 from .teacher_stage import teacher_stage
@@ -106,6 +105,12 @@ class SweepState:
 # What stops a sweep as Ctrl+C does, and how its messages name it: a person (SIGINT), `kill`, SLURM or systemd
 # (SIGTERM), a closed terminal or ssh session (SIGHUP).
 STOP_SIGNALS = {signal.SIGINT: "Ctrl+C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+
+
+def ended_by_slurm(job: str) -> str:
+    """The cause of a stop by SLURM's SIGTERM to job `job` (scancel, a requeue, the hard time limit), in the words of
+    the SLURM template's settle (clusters/slurm/ray_sweep.sbatch)."""
+    return f"SLURM ended job {job} (scancel, a requeue or its time limit)"
 
 
 class Interrupt:

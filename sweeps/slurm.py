@@ -137,11 +137,6 @@ def plan(argv: list[str], workdir: str | Path, env: Mapping[str, str], log=print
     return Plan(paths.name, action, share)
 
 
-def ended_by_slurm(job: str) -> str:
-    """The cause of a stop by SLURM's SIGTERM to job `job`, as the template's settle and the driver name it."""
-    return f"SLURM ended job {job} (scancel, a requeue or its time limit)"
-
-
 def settle(name: str, workdir: str | Path, why: str, grace: float = 10.0, log=print) -> int:
     """Leave a sweep whose job SLURM is ending as a Ctrl+C would (see the module doc); 0 when every operation
     reached the store, 1 when some are spooled for `python -m sweeps sync`."""

@@ -300,4 +300,4 @@ def test_the_template_settles_a_sigterm_with_the_cause_the_driver_names():
     """The driver names a SIGTERM inside a SLURM job with ended_by_slurm before settle's stop_cause exists: the
     template's settle must write the same words, so every run's reason reads alike whoever ended it."""
     template = (Path(__file__).resolve().parents[2] / slurm.TEMPLATE).read_text()
-    assert f'--why "{slurm.ended_by_slurm("$job")}"' in template
+    assert f'--why "{D.ended_by_slurm("$job")}"' in template
