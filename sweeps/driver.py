@@ -135,7 +135,7 @@ class Interrupt:
             if self.cause_file is not None and (text := self.cause_file.read_text().strip()):
                 return text.splitlines()[0]
         if signum == signal.SIGTERM and (job := os.environ.get("SLURM_JOB_ID")):
-            return ended_by_slurm(job)  # SLURM signals every process of its job: this one often before settle wrote
+            return ended_by_slurm(job)  # SLURM signals every process of the job: the driver, often before settle
         return STOP_SIGNALS[signum]
 
     @property
