@@ -276,10 +276,11 @@ def _flatten(d: dict, prefix: str = ""):
 
 
 # ---- construction ----------------------------------------------------------------------------
-def _suggest(key: str, valid) -> str:
+def _suggest(key: str, valid, listed: str | None = None) -> str:
+    """'; did you mean X?' for the nearest valid key, then the valid keys (or `listed`, what stands for them)."""
     near = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
     hint = f"; did you mean '{near[0]}'?" if near else ""
-    return f"{hint} Valid keys: {', '.join(sorted(valid))}"
+    return f"{hint} Valid keys: {listed or ', '.join(sorted(valid))}"
 
 
 def _section_class(name: str):
@@ -401,8 +402,9 @@ def _set_dotted(d: dict, key: str, value: Any) -> None:
             raise ConfigError(f"unknown key {brief(key)}{_suggest(key, _all_dotted_keys())}")
         d["seed"] = value
         return
-    if len(parts) != 2 or parts[0] not in SECTIONS:
-        raise ConfigError(f"unknown key {brief(key)}{_suggest(key, _all_dotted_keys())}")
+    if len(parts) != 2 or parts[0] not in SECTIONS:  # the sections, not their ~100 keys
+        listed = f"seed and <section>.<key> with a section among {', '.join(SECTIONS)} (e.g. method.beta)"
+        raise ConfigError(f"unknown key {brief(key)}{_suggest(key, _all_dotted_keys(), listed)}")
     d.setdefault(parts[0], {})
     if not isinstance(d[parts[0]], dict):
         raise ConfigError(f"{parts[0]}: expected a mapping of keys, got {brief(d[parts[0]])}")
@@ -574,6 +576,15 @@ def validate_teacher(t: "TeacherConfig") -> None:
 
 
 # ---- epoch scaling ---------------------------------------------------------------------------
+def scale_epoch(x: int, epochs: int, old: int, lo: int = 1) -> int:
+    """Epoch number `x` of an `old`-epoch run in a run of `epochs`: max(lo, round_half_up(x * epochs / old))."""
+    try:
+        return max(lo, int(math.floor(x * epochs / old + 0.5)))
+    except OverflowError:
+        raise ConfigError(f"--epochs: {epochs}; allowed: a positive integer small enough to rescale "
+                          f"the {old}-epoch run") from None
+
+
 def scale_epochs(d: dict, epochs: int) -> dict:
     """Rescale every epoch number of a nested config dict to a run of `epochs` epochs.
 
@@ -589,11 +600,7 @@ def scale_epochs(d: dict, epochs: int) -> dict:
                           "real run comes near)")
 
     def sc(x, lo=1):
-        try:
-            return None if x is None else max(lo, int(math.floor(x * epochs / old + 0.5)))
-        except OverflowError:
-            raise ConfigError(f"--epochs: {epochs}; allowed: a positive integer small enough to rescale "
-                              f"the {old}-epoch run") from None
+        return None if x is None else scale_epoch(x, epochs, old, lo)
 
     d.setdefault("optim", {})["epochs"] = epochs
     att = d.setdefault("attack", {})

@@ -38,7 +38,9 @@ from .paths import Paths, sweep_paths
 from .provenance import code_version
 from .resources import check_gpu, init_ray
 from .run_records import sweep_key, sweep_record
+from .ranking import confirm_summary, search_ranking
 from .spec import NAME_RE, Spec, parse_spec, read_yaml
+from .study import check_new_study, dashboard_command, redacted, storage_url
 from .sweep_log import diverted
 from .teacher_stage import teacher_stage
 from .tracking import Tracker, check_reachable, resolve_uri, ui_url
@@ -63,6 +65,16 @@ class RunArgs:
     name: str | None = None
     rows: list[str] | None = None  # --rows: only these grid rows
     gpu_share: float | None = None  # --gpu-share: each trial's share of a GPU, instead of resources.gpu
+    samples: int | None = None  # --samples: a search's num_samples
+    top_k: int | None = None  # --top-k: a search's confirm.top_k
+    optuna_storage: str | None = None  # --optuna-storage: an RDB URL for the search's study (default: the sweep folder)
+
+    def spec_options(self) -> dict:
+        """The options that shape the spec (sweeps.spec.parse_spec's keywords), those given only."""
+        given = {"epochs": self.epochs, "seeds": self.seeds, "sets": self.sets, "cpu_only": self.cpu_only,
+                 "max_concurrent": self.max_concurrent, "data_root": self.data_root, "rows": self.rows,
+                 "gpu_share": self.gpu_share, "samples": self.samples, "top_k": self.top_k}
+        return {k: v for k, v in given.items() if v is not None and v is not False and v != {}}
 
 
 @dataclass
@@ -79,12 +91,10 @@ class SweepState:
     code: dict = field(default_factory=dict)
     created: str = ""
     confirm_configs: list[dict] | None = None
+    study_url: str | None = None       # a search's Optuna study (sweeps.study), named after the sweep
 
     def spec(self) -> Spec:
-        a = self.args
-        return parse_spec(self.source, self.spec_path, epochs=a.epochs, seeds=a.seeds, sets=a.sets,
-                          cpu_only=a.cpu_only, max_concurrent=a.max_concurrent, data_root=a.data_root,
-                          rows=a.rows, gpu_share=a.gpu_share)
+        return parse_spec(self.source, self.spec_path, **self.args.spec_options())
 
     def save(self, paths: Paths) -> None:
         from ssat.storage import atomic_write_bytes
@@ -94,7 +104,9 @@ class SweepState:
     @classmethod
     def load(cls, paths: Paths) -> "SweepState":
         if not paths.state.exists():
-            raise SweepError(f"no sweep named {brief(paths.name)} in {paths.workdir / 'runs' / 'sweeps'}")
+            from .paths import missing_sweep
+
+            raise SweepError(missing_sweep(paths))  # "no sweep named ...": the nearest names and the list
         d = json.loads(paths.state.read_text())
         known = {f.name for f in dataclasses.fields(RunArgs)}
         d["args"] = RunArgs(**{k: v for k, v in d.get("args", {}).items() if k in known})
@@ -193,7 +205,8 @@ def _quiet_console() -> None:
 
 
 FLAGS = (("sets", "--set"), ("epochs", "--epochs"), ("seeds", "--seeds"), ("max_concurrent", "--max-concurrent"),
-         ("rows", "--rows"), ("data_root", "--data-root"), ("cpu_only", "--cpu-only"), ("gpu_share", "--gpu-share"))
+         ("rows", "--rows"), ("data_root", "--data-root"), ("cpu_only", "--cpu-only"), ("gpu_share", "--gpu-share"),
+         ("samples", "--samples"), ("top_k", "--top-k"))
 
 
 def check_name_flag(name: str) -> None:
@@ -210,10 +223,7 @@ def load_run_spec(spec_path: str | Path, args: RunArgs) -> Spec:
     if args.name:
         check_name_flag(args.name)
         raw["name"] = args.name
-    given = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds), ("sets", args.sets),
-                               ("cpu_only", args.cpu_only), ("max_concurrent", args.max_concurrent),
-                               ("data_root", args.data_root), ("rows", args.rows), ("gpu_share", args.gpu_share))
-             if v is not None and v is not False and v != {}}
+    given = args.spec_options()
     try:
         return parse_spec(raw, str(spec_path), **given)
     except ConfigError as exc:
@@ -296,13 +306,16 @@ def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = "."
         raise SweepError(unfinished)
     check_free(paths.workdir)
     check_reachable(uri)  # before the lock: an unreachable store leaves no folder behind
+    study_url = storage_url(paths.sweep_dir, args.optuna_storage) if spec.search else None
+    if study_url:
+        check_new_study(study_url, spec.name)
     with hold(paths.sweep_dir, command or f"python -m sweeps run {spec_path}", name=spec.name,
               workdir=paths.workdir, log=log, on_lost=_lost_lock) as lock:
         if paths.state.exists():  # made meanwhile by a driver that has ended since
             raise SweepError(unfinished)
         state = SweepState(name=spec.name, spec_path=str(spec_path), source=spec.source, tracking_uri=uri,
                            args=args, driver_pid=os.getpid(), code=code_version(),
-                           created=time.strftime("%Y-%m-%d %H:%M:%S"))
+                           created=time.strftime("%Y-%m-%d %H:%M:%S"), study_url=study_url)
         state.save(paths)
         return execute(spec, paths, state, log=log, lock=lock)
 
@@ -345,7 +358,8 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
     run ends FAILED with it, the state says "incomplete", and the error goes on to the caller."""
     tracker = Tracker(state.tracking_uri, spec.name, artifact_root=paths.workdir / "mlartifacts",
                       spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
-    run = sweep_record(spec.name, spec.table, state.spec_path, spec.preset, state.code)
+    run = sweep_record(spec.name, spec.table, state.spec_path, spec.preset, state.code,
+                       state.study_url and redacted(state.study_url))
     parent = run.key
     tracker.ensure_run(parent, run.tags, run.params, name=run.name)
     tracker.reopen(parent)
@@ -387,7 +401,11 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
     state.save(paths)
     log(f"sweep {spec.name} finished; runs in {state.tracking_uri} (experiment {spec.name})")
     base = state.tracking_uri if state.tracking_uri.startswith("http") else "http://127.0.0.1:5000"
-    log(f"its trials in MLflow's UI: {ui_url(tracker.experiment_id, base, store=state.tracking_uri)}")
+    log(f"its trials in MLflow's UI: {ui_url(tracker.experiment_id, base, store=state.tracking_uri, spec=spec)}")
+    if spec.search:
+        log(f"the search table: python -m analysis.tables --experiment {spec.name} --table search "
+            f"--tracking-uri {state.tracking_uri}")
+        log(f"the study (every trial, its curve, the importances): {dashboard_command(state.study_url)}")
     return 0
 
 
@@ -401,15 +419,19 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     trials = None if stage == "search" else (
         spec.trials() if stage == "grid" else spec.confirm_trials(state.confirm_configs))
     expected = spec.search["num_samples"] if stage == "search" else len(trials)
-    tuner = restore_tuner(paths.tune_dir / stage, spec, rerun_failed) if resume else None
-    if tuner is None and stage == "search":
-        tuner = search_tuner(spec, paths, state.tracking_uri, meta, state.args.max_failures, parent_run_id)
-    elif tuner is None:
-        tuner = grid_tuner(spec, trials, paths, stage, state.tracking_uri, meta, state.args.max_failures,
-                           parent_run_id)
+    if stage == "search":
+        log(f"[search] Optuna study {spec.name} in {state.study_url}; follow it live: "
+            f"{dashboard_command(state.study_url)}")
     with interrupt.tune_stage(), diverted(paths.sweep_dir / "sweep.log") as sweep_log, \
             DiskWatch(paths.workdir, paths.tune_dir / stage, paths.sweep_dir / "disk_reserve", spec.max_concurrent,
                       interrupt.request, log):
+        tuner = restore_tuner(paths.tune_dir / stage, spec, rerun_failed) if resume else None
+        if tuner is None and stage == "search":
+            tuner = search_tuner(spec, paths, state.tracking_uri, meta, state.args.max_failures, parent_run_id,
+                                 state.study_url or storage_url(paths.sweep_dir))
+        elif tuner is None:
+            tuner = grid_tuner(spec, trials, paths, stage, state.tracking_uri, meta, state.args.max_failures,
+                               parent_run_id)
         results = tuner.fit()
         if interrupt.cause == DISK_FULL:
             for torn in drop_torn_checkpoints(paths.tune_dir / stage):
@@ -430,11 +452,15 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
         return f"finished {out.done}/{expected} trials"
     if stage == "search":
         state.confirm_configs = top_configs(out.finished, spec)
+        for line in search_ranking(out, spec, state.confirm_configs):
+            log(line)
         if not state.confirm_configs:
-            log("  no search trial ran its full epochs: nothing to confirm")
             return "had no trial that ran its full epochs"
         log(f"[confirm] re-running the top {len(state.confirm_configs)} configuration(s) with seeds "
-            f"{spec.search['confirm']['seeds']}: {json.dumps(state.confirm_configs)}")
+            f"{', '.join(map(str, spec.search['confirm']['seeds']))}")
+    if stage == "confirm":
+        for line in confirm_summary(out, spec):
+            log(line)
     state.phases[stage] = "done"
     state.save(paths)
     return None
@@ -530,11 +556,40 @@ def sweep_status(name: str, *, workdir: str | Path = ".") -> str:
         by[s] = by.get(s, 0) + 1
     lines = [f"sweep {spec.name}: {state.status}, phases {state.phases}", *_driver_lines(paths, state),
              f"trials expected {expected}; runs by status: {json.dumps(by)}"]
-    for r in sorted(runs, key=lambda r: (r.data.tags.get("ssat.row", ""), r.data.tags.get("ssat.seed", ""))):
-        m, tags = r.data.metrics, r.data.tags
-        lines.append(f"  {tags.get('ssat.stage')} {tags.get('ssat.row', ''):<14} seed {tags.get('ssat.seed')}"
-                     f"  {tags.get('ssat.status', r.info.status)[:40]:<40} val/pgd10 {m.get('val/pgd10', float('nan')):.2f}")
-    return "\n".join(lines)
+    return "\n".join(lines + trial_lines(runs, spec))
+
+
+STAGE_ORDER = ("search", "confirm", "grid", "demo")
+
+
+def trial_lines(runs: list, spec: Spec) -> list[str]:
+    """The trial runs as a table: per stage, best first by the spec's (first) metric, the best marked `*`; each by
+    its one name (the MLflow run name, as the console printed it) and its status."""
+    metric, mode = spec.metric[0], spec.mode[0]
+
+    def value(r) -> float | None:
+        v = r.data.metrics.get(metric)
+        return None if v is None or v != v else v
+
+    rows = []
+    for stage in sorted({r.data.tags.get("ssat.stage", "") for r in runs},
+                        key=lambda s: (STAGE_ORDER.index(s) if s in STAGE_ORDER else len(STAGE_ORDER), s)):
+        group = [r for r in runs if r.data.tags.get("ssat.stage", "") == stage]
+        # a trial stopped early (ASHA) ran fewer epochs: its value does not compare, it is listed after the others
+        short = lambda r: r.data.tags.get("ssat.status", "").startswith("STOPPED_EARLY")  # noqa: E731
+        group.sort(key=lambda r: (short(r), value(r) is None, -(value(r) or 0) if mode == "max" else (value(r) or 0),
+                                  r.info.run_name or ""))
+        for i, r in enumerate(group):
+            mark = "*" if i == 0 and value(r) is not None and not short(r) else " "
+            status = r.data.tags.get("ssat.status", r.info.status)
+            rows.append([stage, f"{mark} {r.info.run_name}", status if len(status) <= 40 else status[:39] + "…",
+                         "-" if value(r) is None else f"{value(r):.2f}"])
+    if not rows:
+        return []
+    header = ["stage", "  trial", "status", metric]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    fmt = lambda row: "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3].rjust(len(metric))  # noqa: E731
+    return [fmt(header), *map(fmt, rows), f"  (* the best of its stage by {metric}, {mode})"]
 
 
 def stop_sweep(name: str, *, workdir: str | Path = ".") -> int:

@@ -85,21 +85,25 @@ class TrackingCallback(Callback):
     """
 
     def __init__(self, uri: str, experiment: str, sweep_dir: str, parent_run_id: str | None,
-                 artifact_root: str | None = None):
+                 artifact_root: str | None = None, study: tuple[str, str] | None = None):
         self.uri, self.experiment, self.sweep_dir = uri, experiment, sweep_dir
         self.parent_run_id, self.artifact_root = parent_run_id, artifact_root
+        self.study = study  # a search's Optuna study (storage URL, name): its trials learn their MLflow run ids
         self._tracker: Tracker | None = None
         self._seen: set[str] = set()
         self._resolved: set[str] = set()  # runs whose resolved.precision was sent
         self._trials: dict[str, tuple] = {}  # Tune's trial id -> its (Config, meta)
         self._sent: dict[str, dict] = {}  # run key -> the tags last sent by _changed_tags
+        self._linked: set[str] = set()  # Tune trial ids whose study trial holds their MLflow run id
 
     def __getstate__(self):
-        return {**self.__dict__, "_tracker": None, "_seen": set(), "_resolved": set(), "_trials": {}, "_sent": {}}
+        return {**self.__dict__, "_tracker": None, "_seen": set(), "_resolved": set(), "_trials": {}, "_sent": {},
+                "_linked": set()}
 
     def __setstate__(self, state: dict) -> None:
-        # a callback Tune saved before _resolved (or _trials) existed
-        self.__dict__.update({"_resolved": set(), "_trials": {}, "_sent": {}, **state})
+        # a callback Tune saved before _resolved (or _trials, study) existed
+        self.__dict__.update({"_resolved": set(), "_trials": {}, "_sent": {}, "_linked": set(), "study": None,
+                              **state})
 
     @property
     def tracker(self) -> Tracker:
@@ -163,7 +167,7 @@ class TrackingCallback(Callback):
                 t.log_params(key, {"resolved.precision": rec["precision"]})
                 self._resolved.add(key)
         if "recovery" in result:  # its restore used another checkpoint than Tune named, or none (sweeps.trainable)
-            print(f"[sweep] {meta.get('row') or trial.trial_id} seed {meta.get('seed')}: "
+            print(f"[sweep] {meta['record'].name}: "
                   f"{result.get('recovery_console') or result['recovery']}", flush=True)
             t.set_tags(key, {"ssat.recovery": result["recovery"][:5000],
                              "ssat.status": f"RUNNING: {result['recovery']}"[:500]})
@@ -175,6 +179,15 @@ class TrackingCallback(Callback):
         metrics, tags = final_metrics(result)
         if any(k.startswith("test/") for k in metrics) or tags:
             t.log_final(key, metrics, tags, int(result["epoch"]))
+        self._link_study(trial, key)
+
+    def _link_study(self, trial, key: str) -> None:
+        """The search trial's MLflow run id on its Optuna trial, once the run is in the store."""
+        if self.study and trial.trial_id not in self._linked and key in self.tracker.runs:
+            from .study import link_mlflow_run
+
+            if link_mlflow_run(*self.study, trial.trial_id, self.tracker.runs[key]):
+                self._linked.add(trial.trial_id)
 
     @_guarded
     def on_trial_complete(self, iteration, trials, trial, **info):
@@ -202,7 +215,7 @@ class TrackingCallback(Callback):
         reason, refused = error_reason(getattr(trial, "error_file", None))
         if refused:  # one line instead of Tune's traceback (sweeps.sweep_log); the tag names
             # the checkpoints as in the trial's folder, the console by their paths in storage
-            print(f"[sweep] {meta.get('row') or trial.trial_id} seed {meta.get('seed')}: FAILED: {reason}", flush=True)
+            print(f"[sweep] {meta['record'].name}: FAILED: {reason}", flush=True)
             if getattr(trial, "path", None):
                 reason = reason.replace(f"{str(trial.path).rstrip('/')}/", "")
         if self._holds_everything(key, meta):

@@ -24,6 +24,9 @@ class TrialOutcome:
     sampled: dict        # the searched parameters (search trials)
     metrics: dict        # its last report
     reason: str = ""
+    name: str = ""       # its one name (sweeps.run_records.trial_name)
+    label: str = ""      # its configuration's label, the same for every seed
+    rank: int | None = None  # a confirm trial's rank in the search
 
 
 @dataclass
@@ -86,7 +89,9 @@ def trial_outcome(config: dict, metrics: dict, error, interrupted: bool, stage: 
         state, reason = "stopped_early", f"{meta['scheduler']} at epoch {last}"
     else:
         state, reason = "interrupted", "ended before its last epoch"
-    return TrialOutcome(meta["trial_key"], state, last, epochs, meta["sampled"], metrics, reason)
+    rec = meta["record"]
+    return TrialOutcome(meta["trial_key"], state, last, epochs, meta["sampled"], metrics, reason, rec.name,
+                        rec.tags["ssat.label"], (meta.get("confirms") or {}).get("rank"))
 
 
 def stage_outcome(results, stage: str, expected: int, interrupted: bool) -> StageOutcome:

@@ -12,10 +12,6 @@ from ray.tune import Callback
 from .trial_settings import TrialView, once_per_trial, view
 
 
-def _short(v) -> str:
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-
 def duration(seconds: float) -> str:
     """12 s, 4 min 05 s, 2 h 03 min: what a person reads at a glance."""
     s = int(round(seconds))
@@ -94,10 +90,8 @@ class ProgressCallback(Callback):
         return f", about {duration(left * (time.perf_counter() - self.t0) / ran)} left"
 
     def _name(self, trial) -> str:
-        """The row and seed; for a search trial, what was sampled (a trial id alone tells a person nothing)."""
-        meta, sampled, _ = self._view(trial)
-        sampled = ", ".join(f"{k.split('.')[-1]}={_short(v)}" for k, v in sampled.items())
-        return f"{meta.get('row') or trial.trial_id}{f' ({sampled})' if sampled else ''} seed {meta.get('seed')}"
+        """The trial's one name, as its MLflow run and `status` say it (a trial id alone tells a person nothing)."""
+        return self._view(trial).name or f"trial {trial.trial_id}"
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if "failed_reason" in result:

@@ -10,6 +10,7 @@ change); parameters say what was trained (they never change once logged).
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from ssat.config import Config
@@ -40,10 +41,14 @@ def sweep_key(sweep: str) -> str:
     return f"{sweep}-sweep"
 
 
-def sweep_record(sweep: str, table: str, spec_path: str, preset: str, code: dict) -> RunRecord:
-    """The sweep's parent run: the spec file, its preset and the code version (git commit, lock hash)."""
-    return RunRecord(sweep_key(sweep), {"ssat.kind": "sweep", "ssat.sweep": sweep, "ssat.table": table},
-                     {"spec": spec_path, "preset": preset, **code}, sweep)
+def sweep_record(sweep: str, table: str, spec_path: str, preset: str, code: dict,
+                 study_url: str | None = None) -> RunRecord:
+    """The sweep's parent run: the spec file, its preset and the code version (git commit, lock hash); a search's
+    Optuna study (`ssat.optuna_storage`, its URL without a password, and `ssat.optuna_study`: sweeps.study)."""
+    tags = {"ssat.kind": "sweep", "ssat.sweep": sweep, "ssat.table": table}
+    if study_url:
+        tags.update({"ssat.optuna_storage": study_url, "ssat.optuna_study": sweep})
+    return RunRecord(sweep_key(sweep), tags, {"spec": spec_path, "preset": preset, **code}, sweep)
 
 
 def teacher_record(sweep: str, cfg: Config, split_hash: str, teacher_key: str) -> RunRecord:
@@ -96,14 +101,61 @@ def tracked_params(cfg: Config) -> dict:
     return {**{k: flat[k] for k in TRACKED_PARAMS}, "attack.eps": cfg.eps}
 
 
+# ---- one name per trial: console, MLflow run name, `status`, tables and figures ----------------------------
+def value_text(value: Any) -> str:
+    """A value as a trial's name shows it: floats to 2 significant digits (0.0937 -> 0.094), None as none,
+    booleans as on/off."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:.2g}"
+    return str(value)
+
+
+def sampled_label(sampled: dict, config_hash: str) -> str:
+    """A sampled configuration, in the space's order: a text value as itself (`linear`), any other by its key's
+    last part (`t=3 rho0=0.12`), then `#` and the config hash's first 4 characters, since rounded values may
+    coincide: `linear t=3 rho0=0.12 beta=0.94 tau=1.5 #4e14`."""
+    parts = [v if isinstance(v, str) else f"{k.rsplit('.', 1)[-1]}={value_text(v)}" for k, v in sampled.items()]
+    return " ".join([*parts, f"#{config_hash[:4]}"])
+
+
+def trial_label(meta: dict, sampled: dict, config_hash: str) -> str:
+    """What a trial's configuration is, without its seed: its grid row, the values a search sampled, or for a
+    confirm trial the values of the search trial it confirms (the same text, hash included)."""
+    confirms = meta.get("confirms")
+    if confirms:
+        return sampled_label(confirms["sampled"], config_hash)
+    if sampled:
+        return sampled_label(sampled, config_hash)
+    return str(meta.get("row") or f"#{config_hash[:4]}")
+
+
+def trial_name(label: str, seed: int, rank: int | None = None) -> str:
+    """The trial's one name: its label and `s<seed>`, a confirm trial's led by its search rank (`top1 ...`)."""
+    return f"{f'top{rank} ' if rank else ''}{label} s{seed}"
+
+
 def trial_record(cfg: Config, meta: dict, sampled: dict) -> RunRecord:
-    """A trial's run: tags from its meta (sweep, stage, table, row, ...) and its labels, the flat parameters of
-    its config (`tracked_params`), `spec.*` and the values a search sampled (`sampled.<dotted.key>`)."""
+    """A trial's run: tags from its meta (sweep, stage, table, row, ...), its label (`ssat.label`, the configuration
+    without the seed), the keys a search sampled (`ssat.sampled`, JSON, in the space's order) and the registry
+    labels; the flat parameters of its config (`tracked_params`), `spec.*` and any sampled key the tracked ones
+    lack, each parameter once."""
     config_hash = cfg.config_hash()
     key = trial_key(meta["sweep"], config_hash, cfg.seed, meta["stage"])
+    confirms = meta.get("confirms") or {}
+    searched = sampled or confirms.get("sampled") or {}
+    label = trial_label(meta, sampled, config_hash)
     tags = {"ssat.kind": "trial", "ssat.key": key, "ssat.sweep": meta["sweep"], "ssat.stage": meta["stage"],
             "ssat.table": meta.get("table", ""), "ssat.row": meta.get("row", ""),
             "ssat.column_group": meta.get("column_group", ""), "ssat.seed": cfg.seed,
-            "ssat.expected_seeds": meta.get("expected_seeds", ""), "ssat.config_hash": config_hash, **labels(cfg)}
-    params = {**tracked_params(cfg), **spec_params(cfg, meta), **{f"sampled.{k}": v for k, v in sampled.items()}}
-    return RunRecord(key, tags, params, f"{meta.get('row') or config_hash}-seed{cfg.seed}")
+            "ssat.expected_seeds": meta.get("expected_seeds", ""), "ssat.config_hash": config_hash,
+            "ssat.label": label, **labels(cfg)}
+    if searched:
+        tags["ssat.sampled"] = json.dumps(list(searched))
+    flat = cfg.to_flat()
+    params = {**tracked_params(cfg), **spec_params(cfg, meta)}
+    params.update({k: flat[k] for k in searched if k not in params})
+    return RunRecord(key, tags, params, trial_name(label, cfg.seed, confirms.get("rank")))

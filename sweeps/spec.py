@@ -37,23 +37,14 @@ from ssat.config import MAX_EPOCHS, Config, ConfigError, brief, from_dict, scale
 from ssat.presets import preset
 
 from .errors import SpecError, check_keys
+from .spec_checks import (MAX_DESCRIPTION, MAX_SEEDS, MAX_SPEC_BYTES, MAX_TEXT, MAX_TRIALS, int_in, is_integer,
+                          is_number, spec_error, text_of, up_to)
 from .run_records import spec_meta
 
 SPEC_KEYS = {"name", "preset", "table", "column_group", "overrides", "epochs", "seeds", "resources", "max_concurrent",
              "metric", "mode", "grid", "search", "stage", "description", "expected_seeds"}
-SEARCH_KEYS = {"num_samples", "space", "early_stopping", "confirm", "sampler_seed"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 STAGES = ("grid", "search", "confirm", "demo")
-# Limits no real sweep comes near (the paper's largest spec runs a few hundred trials of at most 200 epochs), each
-# named in its error: past them a value is a mistake that would otherwise start a billion trials, or store megabytes
-# in every run's tags.
-MAX_TRIALS = 10_000        # trials of one stage: grid rows x seeds, search.num_samples, confirm top_k x seeds
-MAX_SEEDS = 1_000          # seeds of a list (seeds, search.confirm.seeds); epochs: ssat.config.MAX_EPOCHS
-MAX_TEXT = 200             # table, column_group, a row's label, a metric, a custom resource's name
-MAX_DESCRIPTION = 5_000
-MAX_SPEC_BYTES = 2**20     # a spec file
-
-
 @dataclass
 class Trial:
     """One (configuration, seed) to run: a validated config plus the tags analysis reads."""
@@ -61,7 +52,9 @@ class Trial:
     row: str
     stage: str
     seed: int
-    spec_meta: dict = field(default_factory=dict)  # its epochs and t before --epochs (sweeps.run_records.spec_meta)
+    # meta entries of its own: a grid trial's epochs and t before --epochs (sweeps.run_records.spec_meta), a confirm
+    # trial's search rank and sampled values (`confirms`: its name and label say which configuration it confirms)
+    spec_meta: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -112,8 +105,8 @@ class Spec:
         """The confirm stage: each sampled configuration the search passed on (`sweeps.outcomes.top_configs`),
         once per confirm seed."""
         seeds = self.search["confirm"]["seeds"]
-        return [Trial(self.config_for(c, s), f"confirm-{i + 1}", "confirm", s) for i, c in enumerate(configs)
-                for s in seeds]
+        return [Trial(self.config_for(c, s), f"confirm-{i + 1}", "confirm", s,
+                      {"confirms": {"rank": i + 1, "sampled": c}}) for i, c in enumerate(configs) for s in seeds]
 
     def base_config(self) -> Config:
         """The config a search samples around (its first seed)."""
@@ -132,42 +125,6 @@ def _config(spec: Spec, overrides: dict, seed: int, where: str) -> Config:
         return from_dict(spec.base, {**overrides, "seed": seed})
     except ConfigError as exc:
         raise SpecError(f"spec {brief(spec.name)}, {where}: {exc}") from None
-
-
-def _err(path: str, msg: str) -> SpecError:
-    return SpecError(f"{path}: {msg}")
-
-
-def _integer(value: Any) -> bool:
-    """An int, and not a bool (YAML's true/false are ints to isinstance)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value: Any) -> bool:
-    """An int or a float, and not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _int(value: Any, path: str, key: str, lo: int = 1, hi: int | None = None, *, allowed: str) -> int:
-    """`value` when it is an integer in lo..hi; else the spec error naming the key, the value and what is allowed."""
-    if not _integer(value) or value < lo or (hi is not None and value > hi):
-        raise _err(path, f"{key}: {brief(value)}; allowed: {allowed}")
-    return value
-
-
-def _up_to(limit: int) -> str:
-    return f"a positive integer up to {limit:,}"
-
-
-def _text(value: Any, path: str, key: str, limit: int = MAX_TEXT) -> str:
-    """`value` when it is a string of at most `limit` characters; else the spec error naming the key and the limit
-    (and only an excerpt of the value)."""
-    if not isinstance(value, str):
-        raise _err(path, f"{key}: expected a string, got {brief(value)}")
-    if len(value) > limit:
-        raise _err(path, f"{key}: {len(value):,} characters ({brief(value)}); allowed: at most {limit:,} (a limit no "
-                         "real sweep comes near)")
-    return value
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -197,22 +154,23 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def load_spec(path: str | Path, *, epochs: int | None = None, seeds: list[int] | None = None,
-              sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
-              data_root: str | None = None, rows: list[str] | None = None, gpu_share: float | None = None) -> Spec:
-    """Read and fully validate a spec (every grid trial and the search space's corners are built)."""
-    return parse_spec(read_yaml(path), str(path), epochs=epochs, seeds=seeds, sets=sets, cpu_only=cpu_only,
-                      max_concurrent=max_concurrent, data_root=data_root, rows=rows, gpu_share=gpu_share)
+def load_spec(path: str | Path, **options) -> Spec:
+    """Read and fully validate a spec (every grid trial and the search space's corners are built); `options` as
+    parse_spec takes them."""
+    return parse_spec(read_yaml(path), str(path), **options)
 
 
 def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, seeds: list[int] | None = None,
                sets: dict | None = None, cpu_only: bool = False, max_concurrent: int | None = None,
-               data_root: str | None = None, rows: list[str] | None = None, gpu_share: float | None = None) -> Spec:
+               data_root: str | None = None, rows: list[str] | None = None, gpu_share: float | None = None,
+               samples: int | None = None, top_k: int | None = None) -> Spec:
     """A validated Spec; `rows` (--rows) keeps only those grid rows, in the spec's order; `gpu_share`
-    (--gpu-share) replaces resources.gpu."""
+    (--gpu-share) replaces resources.gpu; `samples` and `top_k` (--samples, --top-k) a search's num_samples and
+    confirm.top_k (sweeps.search_spec)."""
     if not isinstance(raw, dict):
-        raise _err(path, f"expected a mapping of spec keys at the top, got {type(raw).__name__}")
+        raise spec_error(path, f"expected a mapping of spec keys at the top, got {type(raw).__name__}")
     raw = copy.deepcopy(raw)
+    seeds_option = seeds is not None  # --seeds, not the spec's own list
     check_keys(raw, SPEC_KEYS, path, "")
     name = _name(raw.get("name"), path)
     pname = raw.get("preset")
@@ -221,38 +179,47 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
     base = _base(pname, ep, overrides, path, "preset")
     seeds = _seeds(seeds if seeds is not None else raw.get("seeds", [0]), path)
     res = _resources(raw.get("resources") or {}, path, cpu_only, gpu_share)
-    mc = _int(max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1), path, "max_concurrent",
-              hi=MAX_TRIALS, allowed=_up_to(MAX_TRIALS))
+    mc = int_in(max_concurrent if max_concurrent is not None else raw.get("max_concurrent", 1), path, "max_concurrent",
+              hi=MAX_TRIALS, allowed=up_to(MAX_TRIALS))
     metric, mode = _metrics(raw, path)
     stage = raw.get("stage", "search" if "search" in raw else "grid")
     if stage not in STAGES:
-        raise _err(path, f"stage: {brief(stage)}; allowed: {', '.join(STAGES)}")
+        raise spec_error(path, f"stage: {brief(stage)}; allowed: {', '.join(STAGES)}")
     for key in ("table", "column_group"):
-        _text(raw.get(key, ""), path, key)
-    _text(str(raw.get("description", "")), path, "description", MAX_DESCRIPTION)  # YAML may give a date
-    _int(raw.get("expected_seeds", len(seeds)), path, "expected_seeds", hi=MAX_SEEDS, allowed=_up_to(MAX_SEEDS))
+        text_of(raw.get(key, ""), path, key)
+    text_of(str(raw.get("description", "")), path, "description", MAX_DESCRIPTION)  # YAML may give a date
+    int_in(raw.get("expected_seeds", len(seeds)), path, "expected_seeds", hi=MAX_SEEDS, allowed=up_to(MAX_SEEDS))
     spec = Spec(name=name, preset=pname, base=base, seeds=seeds, resources=res, max_concurrent=mc, metric=metric,
                 mode=mode, table=raw.get("table", ""), column_group=raw.get("column_group", ""), stage=stage,
                 source=raw, expected_seeds=int(raw.get("expected_seeds", len(seeds))))
     if ("grid" in raw) == ("search" in raw):
-        raise _err(path, "expected exactly one of 'grid' (rows to run) or 'search' (an Optuna space)")
+        raise spec_error(path, "expected exactly one of 'grid' (rows to run) or 'search' (an Optuna space)")
+    before = spec.base["optim"]["epochs"]
     if epochs is not None:
         _rescale(spec, "search" in raw, epochs, path)
     if rows is not None and "grid" not in raw:
-        raise _err(path, "--rows: this spec has a search, not grid rows; --rows picks rows of a grid spec")
+        raise spec_error(path, "--rows: this spec has a search, not grid rows; --rows picks rows of a grid spec")
+    for flag, value in (("--samples", samples), ("--top-k", top_k)):
+        if value is not None and "grid" in raw:
+            raise spec_error(path, f"{flag}: this spec has grid rows, not a search; {flag} sets a search's "
+                                   f"{'num_samples' if flag == '--samples' else 'confirm.top_k'}")
     if "grid" in raw:
         _grid_rows(spec, raw["grid"], rows, ep, overrides, path)
     else:
-        spec.search = _search(raw["search"], path, spec)
+        from .search_spec import parse_search
+
+        spec.search = parse_search(raw["search"], path, spec, samples=samples, top_k=top_k,
+                                   seeds_option=seeds_option, sets=sets, overrides=raw.get("overrides") or {},
+                                   rescaled_from=before if epochs is not None else None)
     return spec
 
 
 def _name(name: Any, path: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise _err(path, f"name: {brief(name)}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
+        raise spec_error(path, f"name: {brief(name)}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
                          "and the MLflow experiment, so no '/' or '..')")
     if ".." in name:
-        raise _err(path, f"name: {brief(name)} contains '..'")
+        raise spec_error(path, f"name: {brief(name)} contains '..'")
     return name
 
 
@@ -260,7 +227,11 @@ def _overrides(raw: dict, path: str, sets: dict | None, data_root: str | None, c
     """The spec's overrides, then --set, --data-root and --cpu-only: dotted keys applied to every trial."""
     overrides = raw.get("overrides") or {}
     if not isinstance(overrides, dict):
-        raise _err(path, f"overrides: expected a mapping of dotted keys, got {brief(overrides)}")
+        raise spec_error(path, f"overrides: expected a mapping of dotted keys, got {brief(overrides)}")
+    for key, value in (sets or {}).items():
+        if isinstance(key, str) and key.startswith("search."):
+            raise spec_error(path, f"--set {key}={brief(value)}: the search's settings are keys of the spec, not of "
+                                   "the config: use --samples N or --top-k K, or edit the spec's search block")
     overrides = {**overrides, **(sets or {})}
     if data_root:
         overrides["data.root"] = data_root
@@ -270,24 +241,24 @@ def _overrides(raw: dict, path: str, sets: dict | None, data_root: str | None, c
 
 
 def _seeds(seeds: Any, path: str) -> list[int]:
-    if not isinstance(seeds, list) or not seeds or not all(_integer(s) for s in seeds):
-        raise _err(path, f"seeds: {brief(seeds)}; allowed: a non-empty list of integers")
+    if not isinstance(seeds, list) or not seeds or not all(is_integer(s) for s in seeds):
+        raise spec_error(path, f"seeds: {brief(seeds)}; allowed: a non-empty list of integers")
     if len(seeds) > MAX_SEEDS:
-        raise _err(path, f"seeds: {len(seeds):,} of them; allowed: at most {MAX_SEEDS:,}")
+        raise spec_error(path, f"seeds: {len(seeds):,} of them; allowed: at most {MAX_SEEDS:,}")
     if len(set(seeds)) != len(seeds):
-        raise _err(path, f"seeds: {brief(seeds)} repeat")
+        raise spec_error(path, f"seeds: {brief(seeds)} repeat")
     return seeds
 
 
 def _rescale(spec: Spec, search: bool, epochs: Any, path: str) -> None:
     """--epochs: every trial's epoch numbers scaled from the spec's run (a search's base now: its samples apply
     to the rescaled base; grid trials are rescaled one by one in Spec.trials)."""
-    spec.rescale = _int(epochs, path, "--epochs", hi=MAX_EPOCHS, allowed=_up_to(MAX_EPOCHS))
+    spec.rescale = int_in(epochs, path, "--epochs", hi=MAX_EPOCHS, allowed=up_to(MAX_EPOCHS))
     if search:
         try:
             spec.base = from_dict(scale_epochs(spec.base, epochs)).to_dict()
         except ConfigError as exc:
-            raise _err(path, f"--epochs {epochs}: {exc}") from None
+            raise spec_error(path, f"--epochs {epochs}: {exc}") from None
 
 
 def _grid_rows(spec: Spec, grid: Any, rows: list[str] | None, epochs: Any, overrides: dict, path: str) -> None:
@@ -295,7 +266,7 @@ def _grid_rows(spec: Spec, grid: Any, rows: list[str] | None, epochs: Any, overr
     spec.grid = _pick_rows(_grid(grid, path), rows, path)
     n = len(spec.grid) * len(spec.seeds)
     if n > MAX_TRIALS:
-        raise _err(path, f"grid: {len(spec.grid):,} rows x {len(spec.seeds):,} seeds = {n:,} trials; allowed: at most "
+        raise spec_error(path, f"grid: {len(spec.grid):,} rows x {len(spec.seeds):,} seeds = {n:,} trials; allowed: at most "
                          f"{MAX_TRIALS:,} (a limit no real sweep comes near: split it into several sweeps)")
     for i, row in enumerate(spec.grid):
         if row.get("preset") and row["preset"] not in spec.bases:
@@ -310,20 +281,20 @@ def _pick_rows(grid: list[dict], rows: list[str] | None, path: str) -> list[dict
     names = [r["row"] for r in grid]
     unknown = [r for r in rows if r not in names]
     if not rows or unknown:
-        raise _err(path, f"--rows: {brief(unknown or rows)} not rows of this grid; allowed: {', '.join(names)}")
+        raise spec_error(path, f"--rows: {brief(unknown or rows)} not rows of this grid; allowed: {', '.join(names)}")
     return [r for r in grid if r["row"] in rows]
 
 
 def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> dict:
     """preset -> epoch scaling -> overrides, validated: the nested config dict trials start from."""
     if not isinstance(pname, str):
-        raise _err(path, f"{where}: {brief(pname)}; expected the name of an ssat preset")
+        raise spec_error(path, f"{where}: {brief(pname)}; expected the name of an ssat preset")
     try:
         base = preset(pname)
     except KeyError as exc:
-        raise _err(path, f"{where}: {exc.args[0]}") from None
+        raise spec_error(path, f"{where}: {exc.args[0]}") from None
     if epochs is not None:
-        _int(epochs, path, f"{where} {brief(pname)}: epochs", hi=MAX_EPOCHS, allowed=_up_to(MAX_EPOCHS))
+        int_in(epochs, path, f"{where} {brief(pname)}: epochs", hi=MAX_EPOCHS, allowed=up_to(MAX_EPOCHS))
     try:
         if epochs is not None:
             if "optim.lr_milestones" in overrides:  # set explicitly: nothing to scale (or to collide)
@@ -331,29 +302,29 @@ def _base(pname: Any, epochs: Any, overrides: dict, path: str, where: str) -> di
             base = scale_epochs(base, epochs)
         return from_dict(base, overrides).to_dict()
     except ConfigError as exc:
-        raise _err(path, f"{where} {brief(pname)}: {exc}") from None
+        raise spec_error(path, f"{where} {brief(pname)}: {exc}") from None
 
 
 def _resources(res: Any, path: str, cpu_only: bool, gpu_share: float | None = None) -> dict:
     """resources, with --gpu-share (`gpu_share`) in place of resources.gpu when given."""
     if not isinstance(res, dict):
-        raise _err(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {brief(res)}")
+        raise spec_error(path, f"resources: expected a mapping like {{cpu: 1, gpu: 0.25}}, got {brief(res)}")
     check_keys(res, {"cpu", "gpu", "custom"}, path, "resources.")
     cpu, gpu = res.get("cpu", 1), res.get("gpu", 0) if gpu_share is None else gpu_share
     gpu_field = "resources.gpu" if gpu_share is None else "--gpu-share"
     custom = res.get("custom") or {}
     for name in custom if isinstance(custom, dict) else ():
         if isinstance(name, str):  # other keys are refused below
-            _text(name, path, "resources.custom")
+            text_of(name, path, "resources.custom")
     if not isinstance(custom, dict) or not all(
-            isinstance(k, str) and k and _number(v) and 0 < v < float("inf")
+            isinstance(k, str) and k and is_number(v) and 0 < v < float("inf")
             for k, v in custom.items()):
-        raise _err(path, f"resources.custom: {brief(custom)}; allowed: a mapping of Ray custom resource names to "
+        raise spec_error(path, f"resources.custom: {brief(custom)}; allowed: a mapping of Ray custom resource names to "
                          "amounts > 0 (e.g. {worker_node: 1} pins trials to nodes started with that resource)")
-    if not _number(cpu) or not 0 < cpu < float("inf"):
-        raise _err(path, f"resources.cpu: {brief(cpu)}; allowed: a number > 0")
-    if not _number(gpu) or not 0 <= gpu <= 1:
-        raise _err(path, f"{gpu_field}: {brief(gpu)}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
+    if not is_number(cpu) or not 0 < cpu < float("inf"):
+        raise spec_error(path, f"resources.cpu: {brief(cpu)}; allowed: a number > 0")
+    if not is_number(gpu) or not 0 <= gpu <= 1:
+        raise spec_error(path, f"{gpu_field}: {brief(gpu)}; allowed: a share of one GPU, 0 <= gpu <= 1 (0.25 = four "
                          "trials per GPU); a trial never spans several GPUs")
     return {"cpu": cpu, "gpu": 0 if cpu_only else gpu, **({"custom_resources": dict(custom)} if custom else {})}
 
@@ -363,14 +334,17 @@ def _metrics(raw: dict, path: str) -> tuple[list[str], list[str]]:
     metric = [metric] if isinstance(metric, str) else metric
     mode = [mode] if isinstance(mode, str) else mode
     if not isinstance(metric, list) or not 1 <= len(metric) <= 2 or not all(isinstance(m, str) for m in metric):
-        raise _err(path, f"metric: {brief(raw.get('metric'))}; allowed: a metric name or a list of two")
+        raise spec_error(path, f"metric: {brief(raw.get('metric'))}; allowed: a metric name or a list of two")
     if not isinstance(mode, list) or len(mode) != len(metric) or any(m not in ("max", "min") for m in mode):
-        raise _err(path, f"mode: {brief(raw.get('mode'))}; allowed: 'max' or 'min', one per metric")
-    known = ("val/", "train/", "adv/", "sched/", "perf/", "test/")
+        raise spec_error(path, f"mode: {brief(raw.get('mode'))}; allowed: 'max' or 'min', one per metric")
+    from .metrics import check_metric
+
     for m in metric:
-        _text(m, path, "metric")
-        if not m.startswith(known):
-            raise _err(path, f"metric: {brief(m)} is not a metric the trainer reports; e.g. val/pgd10, val/clean")
+        text_of(m, path, "metric")
+        try:
+            check_metric(m, "metric")
+        except ValueError as exc:
+            raise spec_error(path, str(exc)) from None
     return metric, mode
 
 
@@ -378,22 +352,22 @@ def _grid(grid: Any, path: str) -> list[dict]:
     if isinstance(grid, dict) and set(grid) == {"product"}:
         return _product(grid["product"], path)
     if not isinstance(grid, list) or not grid:
-        raise _err(path, "grid: expected a non-empty list of rows ({row: LABEL, set: {dotted.key: value}}) "
+        raise spec_error(path, "grid: expected a non-empty list of rows ({row: LABEL, set: {dotted.key: value}}) "
                          "or {product: {dotted.key: [values]}}")
     rows, labels = [], set()
     for i, row in enumerate(grid):
         if not isinstance(row, dict):
-            raise _err(path, f"grid[{i}]: expected a mapping with 'row' and 'set', got {brief(row)}")
+            raise spec_error(path, f"grid[{i}]: expected a mapping with 'row' and 'set', got {brief(row)}")
         check_keys(row, {"row", "set", "preset"}, path, f"grid[{i}].")
         if row.get("preset") is not None and not isinstance(row["preset"], str):
-            raise _err(path, f"grid[{i}].preset: {brief(row['preset'])}; expected the name of an ssat preset")
-        label = _text(str(row.get("row", i)), path, f"grid[{i}].row")
+            raise spec_error(path, f"grid[{i}].preset: {brief(row['preset'])}; expected the name of an ssat preset")
+        label = text_of(str(row.get("row", i)), path, f"grid[{i}].row")
         if label in labels:
-            raise _err(path, f"grid[{i}].row: {brief(label)} repeats")
+            raise spec_error(path, f"grid[{i}].row: {brief(label)} repeats")
         labels.add(label)
         sets = row.get("set") or {}
         if not isinstance(sets, dict):
-            raise _err(path, f"grid[{i}].set: expected a mapping of dotted keys, got {brief(sets)}")
+            raise spec_error(path, f"grid[{i}].set: expected a mapping of dotted keys, got {brief(sets)}")
         rows.append({"row": label, "set": sets, "preset": row.get("preset")})
     return rows
 
@@ -403,10 +377,10 @@ def _product(prod: Any, path: str) -> list[dict]:
 
     if (not isinstance(prod, dict) or not prod or not all(isinstance(v, list) and v for v in prod.values())
             or not all(isinstance(k, str) for k in prod)):
-        raise _err(path, f"grid.product: {brief(prod)}; expected {{dotted.key: [values, ...]}}")
+        raise spec_error(path, f"grid.product: {brief(prod)}; expected {{dotted.key: [values, ...]}}")
     n = math.prod(len(v) for v in prod.values())
     if n > MAX_TRIALS:  # before the rows are made
-        raise _err(path, f"grid.product: {n:,} combinations; allowed: at most {MAX_TRIALS:,} rows (a limit no real "
+        raise spec_error(path, f"grid.product: {n:,} combinations; allowed: at most {MAX_TRIALS:,} rows (a limit no real "
                          "sweep comes near)")
     keys = list(prod)
     rows = []
@@ -414,90 +388,3 @@ def _product(prod: Any, path: str) -> list[dict]:
         sets = dict(zip(keys, combo))
         rows.append({"row": ",".join(f"{k.split('.')[-1]}={v}" for k, v in sets.items()), "set": sets})
     return rows
-
-
-def _search(search: Any, path: str, spec: Spec) -> dict:
-    if not isinstance(search, dict):
-        raise _err(path, "search: expected a mapping with num_samples, space, confirm")
-    check_keys(search, SEARCH_KEYS, path, "search.")
-    n = _int(search.get("num_samples", 10), path, "search.num_samples", hi=MAX_TRIALS,
-             allowed=_up_to(MAX_TRIALS) + " (a limit no real search comes near: split a larger one into several "
-                                          "sweeps)")
-    space = search.get("space")
-    if not isinstance(space, dict) or not space:
-        raise _err(path, "search.space: expected a mapping {dotted.key: {choice|float|int: ...}}")
-    from .space import check_space, corner_configs
-
-    check_space(space, path)
-    for key, dist in space.items():
-        if "float" in dist and _int_field(key):
-            raise _err(path, f"search.space.{key}.float: {brief(dist['float'])}; {key} takes integers, so use "
-                             f"{{int: [low, high]}} (a float range would sample values like 2.5)")
-    for sampled in corner_configs(space):
-        spec.config_for(sampled, spec.seeds[0])  # every choice value validates on the base config
-    es = _early_stopping(search.get("early_stopping"), path, spec, space)
-    confirm = _confirm(search.get("confirm") or {}, path, spec)
-    sampler_seed = _int(search.get("sampler_seed", 0), path, "search.sampler_seed", lo=0, hi=2**32 - 1,
-                        allowed="an integer in 0..2**32-1")
-    return {"num_samples": n, "space": space, "early_stopping": es, "confirm": confirm, "sampler_seed": sampler_seed}
-
-
-def _early_stopping(es: Any, path: str, spec: Spec, space: dict) -> dict | None:
-    """ASHA's settings: a grace period no shorter than the largest t in the space and the first learning-rate
-    milestone, and the share of trials kept at each rung."""
-    if es is None:
-        return None
-    if not isinstance(es, dict):
-        raise _err(path, "search.early_stopping: expected {grace_period: N} or null")
-    check_keys(es, {"grace_period", "reduction_factor"}, path, "search.early_stopping.")
-    if spec.multi_objective:
-        raise _err(path, "search.early_stopping: ASHA needs a single metric; remove it for multi-objective")
-    need = _min_grace(spec, space)
-    gp = _int(es.get("grace_period", need), path, "search.early_stopping.grace_period", lo=need,
-              allowed=f">= {need} (the largest t in the space and the first learning-rate milestone: earlier scores "
-                      "are not comparable)")
-    rf = es.get("reduction_factor", 3)
-    if not _number(rf) or not 1 < rf < float("inf"):
-        raise _err(path, f"search.early_stopping.reduction_factor: {brief(rf)}; allowed: a number > 1 (ASHA keeps "
-                         "1/reduction_factor of the trials at each rung)")
-    return {"grace_period": gp, "reduction_factor": rf}
-
-
-def _confirm(confirm: Any, path: str, spec: Spec) -> dict:
-    """The confirm stage: how many of the search's best configurations it re-runs, and with which fresh seeds."""
-    if not isinstance(confirm, dict):
-        raise _err(path, "search.confirm: expected {top_k: K, seeds: [...]}")
-    check_keys(confirm, {"top_k", "seeds"}, path, "search.confirm.")
-    top_k, cseeds = confirm.get("top_k", 3), confirm.get("seeds", [100, 101, 102])
-    _int(top_k, path, "search.confirm.top_k", hi=MAX_TRIALS, allowed=_up_to(MAX_TRIALS))
-    if isinstance(cseeds, list) and top_k * len(cseeds) > MAX_TRIALS:
-        raise _err(path, f"search.confirm: top_k {top_k:,} x {len(cseeds):,} seeds = {top_k * len(cseeds):,} trials; "
-                         f"allowed: at most {MAX_TRIALS:,}")
-    if (not isinstance(cseeds, list) or not cseeds or not all(_integer(s) for s in cseeds)
-            or len(set(cseeds)) != len(cseeds) or set(cseeds) & set(spec.seeds)):
-        raise _err(path, f"search.confirm.seeds: {brief(cseeds)}; allowed: a non-empty list of fresh seeds (not among "
-                         f"the search seeds {spec.seeds})")
-    return {"top_k": top_k, "seeds": cseeds}
-
-
-def _int_field(key: str) -> bool:
-    """Whether a dotted config key holds an integer (int or int | None)."""
-    import typing
-
-    from ssat.config import SECTIONS, _section_class
-
-    section, _, name = key.partition(".")
-    if key == "seed":
-        return True
-    tp = typing.get_type_hints(_section_class(section)).get(name) if section in SECTIONS else None
-    return tp is int or set(typing.get_args(tp)) == {int, type(None)}
-
-
-def _min_grace(spec: Spec, space: dict) -> int:
-    ts = [spec.base["attack"].get("t") or 0]
-    if "attack.t" in space:
-        d = space["attack.t"]
-        vals = d.get("int") or d.get("choice") or [0]  # validated: integers, integral strings or None
-        ts.append(max([int(v) for v in vals if v is not None and str(v).lower() not in ("none", "null")], default=0))
-    ms = spec.base["optim"]["lr_milestones"]
-    return max(max(ts), ms[0] if ms else 0, 1)

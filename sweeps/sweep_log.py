@@ -9,7 +9,9 @@ something goes wrong. The console gets one line per event from the sweep's own c
 - what Ray's raylet and autoscaler publish to the driver ("A worker died or was killed ...": the trial's line
   says it): to the log only;
 - Tune's own tables of trials and results, and its print of every trial error: off (its legacy reporter at
-  verbosity 0 prints none of them).
+  verbosity 0 prints none of them);
+- Optuna's log lines ("A new study created ...") and the warnings Python's `warnings` raises in the driver (Optuna's
+  ExperimentalWarning for the sampler's `group`, deprecations): to the log only.
 
 Writing the log never fails the sweep: on a full disk what cannot be written is dropped.
 """
@@ -74,6 +76,40 @@ class ToSweepLog(logging.Filter):
         return True
 
 
+class ToLogFile(logging.Handler):
+    """Writes a logger's records to the sweep's log (optuna's "A new study created ...", third-party warnings)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        LOG.write(f"{record.levelname} {record.name}: {self.format(record)}")
+
+
+QUIET = ("optuna", "py.warnings")  # their records go to the sweep's log only, while a stage runs
+
+
+@contextlib.contextmanager
+def _quiet_loggers():
+    """optuna's log lines and Python warnings (Optuna's ExperimentalWarning, Ray's deprecations) to the log only."""
+    import optuna
+
+    optuna.logging.disable_default_handler()
+    logging.captureWarnings(True)
+    saved = []
+    for name in QUIET:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.propagate, logger.level))
+        logger.addHandler(ToLogFile())
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger, propagate, level in saved:
+            logger.handlers = [h for h in logger.handlers if not isinstance(h, ToLogFile)]
+            logger.propagate, logger.level = propagate, level
+        logging.captureWarnings(False)
+        optuna.logging.enable_default_handler()
+
+
 _RAY_PRINT = []  # Ray's own printer of what is published to the driver, once replaced
 
 
@@ -99,6 +135,7 @@ def diverted(path: Path):
         ray_worker.print_to_stdstream = _publish_to_log
     LOG.path = Path(path)
     try:
-        yield LOG
+        with _quiet_loggers():
+            yield LOG
     finally:
         LOG.path = None

@@ -92,15 +92,20 @@ def resolve_trial(config: dict) -> tuple[Config, dict]:
 
 
 class TrialView(NamedTuple):
-    """What a progress line needs of a trial, read without building its Config (a line never fails on one)."""
+    """What a progress line needs of a trial; a line never fails on one whose Config cannot be built."""
     meta: dict
     sampled: dict
     epochs: int  # the epochs its nested config asks for (a search's: the base the sampler varies); 0 unknown
+    name: str    # its one name (sweeps.run_records.trial_name), "" when its Config cannot be built
 
 
 def view(config: dict) -> TrialView:
     meta, base, sampled, _ = _unpack(config)
-    return TrialView(meta, sampled, int(((base or {}).get("optim") or {}).get("epochs") or 0))
+    try:
+        name = resolve_trial(config)[1]["record"].name
+    except Exception:  # noqa: BLE001 - the line says the trial id instead
+        name = ""
+    return TrialView(meta, sampled, int(((base or {}).get("optim") or {}).get("epochs") or 0), name)
 
 
 def once_per_trial(cache: dict, trial, read: Callable[[dict], object]):

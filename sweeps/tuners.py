@@ -15,14 +15,14 @@ from .trial_settings import grid_space, search_space
 
 
 def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None, total: int,
-                total_epochs: int):
+                total_epochs: int, study: tuple[str, str] | None = None):
     from ray import tune
 
     from .mlflow_callback import TrackingCallback
     from .progress_callback import ProgressCallback
 
     cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_run_id,
-                          artifact_root=str(paths.workdir / "mlartifacts"))
+                          artifact_root=str(paths.workdir / "mlartifacts"), study=study)
     # A killed driver resumes from Tune's last saved experiment state, which may name a trial's previous
     # checkpoint: keep two, and save that state at least every second ("auto" let it lag by several epochs, and
     # a resume then asked for a checkpoint num_to_keep=1 had deleted).
@@ -58,30 +58,44 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths, phase: str, uri: str, ext
                                              sum(t.config.optim.epochs for t in trials)))
 
 
-def search_tuner(spec: Spec, paths, uri: str, extra: dict, max_failures: int, parent_run_id: str | None):
+def search_tuner(spec: Spec, paths, uri: str, extra: dict, max_failures: int, parent_run_id: str | None,
+                 study_url: str):
+    """The search stage: Optuna's TPE sampler on the sweep's persisted study (`sweeps.study`), named after the
+    sweep, with optional ASHA early stopping."""
+    import functools
+
     from optuna.samplers import TPESampler
+    from optuna.storages import RDBStorage
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search.optuna import OptunaSearch
 
     from .space import space_function
+    from .study import SweepSearch, search_identity, study_attrs
 
     s = spec.search
     metric = spec.metric if spec.multi_objective else spec.metric[0]
     mode = spec.mode if spec.multi_objective else spec.mode[0]
-    searcher = OptunaSearch(space=space_function(s["space"]), metric=metric, mode=mode,
-                            sampler=TPESampler(seed=s["sampler_seed"], multivariate=True, group=True))
+    searcher = SweepSearch(space=space_function(s["space"]), metric=metric, mode=mode,
+                           sampler=TPESampler(seed=s["sampler_seed"], multivariate=True, group=True),
+                           storage=RDBStorage(study_url), study_name=spec.name,
+                           identify=functools.partial(search_identity, base=spec.base, seed=spec.seeds[0],
+                                                      sweep=spec.name),
+                           study_attrs=study_attrs(spec, uri))
     scheduler = None
     if s["early_stopping"]:
         es = s["early_stopping"]
         scheduler = ASHAScheduler(time_attr="epoch", metric=metric, mode=mode, max_t=spec.base["optim"]["epochs"],
                                   grace_period=es["grace_period"], reduction_factor=es["reduction_factor"])
     param_space = search_space(spec, extra, scheduler="asha" if scheduler else None)
+    # An epoch without validation (eval.val_every > 1) reports no metric: Tune's check would fail the trial. The
+    # spec's metric is checked against the trainer's metric names before anything starts (sweeps.metrics).
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     return tune.Tuner(_trainable(spec), param_space=param_space,
                       tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=s["num_samples"],
                                                   max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id,
-                                             s["num_samples"], s["num_samples"] * spec.base["optim"]["epochs"]))
+                                             s["num_samples"], s["num_samples"] * spec.base["optim"]["epochs"],
+                                             study=(study_url, spec.name)))
 
 
 def restore_tuner(phase_dir: Path, spec: Spec, rerun_failed: bool):

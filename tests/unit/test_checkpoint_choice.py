@@ -224,7 +224,7 @@ def test_the_first_report_after_a_recovery_is_said_once_on_the_console_and_kept_
               "retrained")
     cb.on_trial_result(0, [trial], trial, {"epoch": 2, "recovery": record, "recovery_console": f"/s/t/{record}"})
     cb.on_trial_result(0, [trial], trial, {"epoch": 3})
-    assert capsys.readouterr().out == f"[sweep] const|on seed 0: /s/t/{record}\n"
+    assert capsys.readouterr().out == f"[sweep] const|on s0: /s/t/{record}\n"
     tags = [op[2] for op in cb._tracker.ops if op[0] == "set_tags" and "ssat.recovery" in op[2]]
     assert tags == [{"ssat.recovery": record, "ssat.status": f"RUNNING: {record}"}]
 
@@ -243,7 +243,7 @@ def test_a_refused_restore_fails_the_run_with_its_reason_in_one_line(tmp_path, c
     cb._tracker.find_run = lambda key: None  # a run without its epochs
     key = cb._start(trial)[0]
     cb.on_trial_error(0, [trial], trial)
-    assert capsys.readouterr().out == f"[sweep] const|on seed 0: FAILED: {why}\n"
+    assert capsys.readouterr().out == f"[sweep] const|on s0: FAILED: {why}\n"
     short = why.replace(f"{folder}/", "")
     assert cb._tracker.ops[-2:] == [("set_tags", key, {"ssat.status": f"FAILED: {short}"}), ("end", key, "FAILED")]
     err.write_text("Failure # 1\nssat.faults.InjectedFault: injected fault: raise@3:0\n")

@@ -291,9 +291,10 @@ def test_sync_is_refused_while_a_driver_lives(tmp_path, sleeper):
     assert not list(paths.sweep_dir.glob("tracking_spool*"))
 
 
-def test_status_counts_the_trial_runs_by_status_and_lists_them_by_row_and_seed(tmp_path, store):
+def test_status_counts_the_trial_runs_by_status_and_lists_them_best_first_by_name(tmp_path, store):
     """`python -m sweeps status` on a real (sqlite) store: the expected trials from the spec, the runs by status
-    (ssat.status before its ":" reason, else MLflow's own), one line per run in row and seed order."""
+    (ssat.status before its ":" reason, else MLflow's own), one line per run by its name (the MLflow run name, as
+    the console says it), per stage best first by the spec's metric, the best marked."""
     from mlflow.tracking import MlflowClient
 
     from sweeps.driver import sweep_status
@@ -313,7 +314,7 @@ def test_status_counts_the_trial_runs_by_status_and_lists_them_by_row_and_seed(t
     for row, seed, status, pgd in [("b", "0", None, 60.0), ("a", "1", "KILLED: interrupted (SIGINT) in epoch 3; "
                                    "resume with: python -m sweeps resume s", None), ("a", "0", "FINISHED", 71.25)]:
         tags = {"ssat.kind": "trial", "ssat.stage": "grid", "ssat.row": row, "ssat.seed": seed}
-        run = c.create_run(exp, tags={**tags, **({"ssat.status": status} if status else {})})
+        run = c.create_run(exp, run_name=f"{row} s{seed}", tags={**tags, **({"ssat.status": status} if status else {})})
         if pgd is not None:
             c.log_metric(run.info.run_id, "val/pgd10", pgd)
     lines = sweep_status("s", workdir=tmp_path).splitlines()
@@ -322,6 +323,32 @@ def test_status_counts_the_trial_runs_by_status_and_lists_them_by_row_and_seed(t
     head, by = lines[2].split(": ", 1)
     assert head == "trials expected 4; runs by status" and json.loads(by) == {"RUNNING": 1, "KILLED": 1, "FINISHED": 1}
     assert [" ".join(ln.split()) for ln in lines[3:]] == [
-        "grid a seed 0 FINISHED val/pgd10 71.25",
-        "grid a seed 1 KILLED: interrupted (SIGINT) in epoch 3; val/pgd10 nan",  # the status cut at 40 characters
-        "grid b seed 0 RUNNING val/pgd10 60.00"]
+        "stage trial status val/pgd10",
+        "grid * a s0 FINISHED 71.25",  # the best first, marked
+        "grid b s0 RUNNING 60.00",
+        "grid a s1 KILLED: interrupted (SIGINT) in epoch 3… -",  # no value last; the status cut at 40 characters
+        "(* the best of its stage by val/pgd10, max)"]
+    widths = {len(ln) for ln in lines[3:-1]}
+    assert len(widths) == 1  # aligned: every row as wide as the header
+
+
+def test_status_lists_stages_in_their_order_and_ranks_a_minimised_metric_lowest_first(tmp_path, store):
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.driver import trial_lines
+    from sweeps.spec import parse_spec
+
+    spec = parse_spec({"name": "s", "preset": "mnist5k-ssat-mbi", "metric": "train/loss", "mode": "min",
+                       "search": {"space": {"method.beta": {"float": [0.0, 1.0]}}, "confirm": {"top_k": 1,
+                                                                                                "seeds": [9]}}})
+    c = MlflowClient(store)
+    exp = c.create_experiment("s2")
+    for stage, name, loss, status in [("confirm", "top1 x s9", 0.5, "FINISHED"), ("search", "x s0", 0.9, "FINISHED"),
+                                      ("search", "y s0", 0.2, "STOPPED_EARLY: asha at epoch 2 of 6"),
+                                      ("search", "z s0", 0.4, "FINISHED")]:
+        run = c.create_run(exp, run_name=name, tags={"ssat.kind": "trial", "ssat.stage": stage, "ssat.status": status})
+        c.log_metric(run.info.run_id, "train/loss", loss)
+    rows = [" ".join(ln.split()) for ln in trial_lines(c.search_runs([exp]), spec)[1:-1]]
+    # search first; z (0.4) best, x after it; y stopped early: its shorter run is listed last, never marked best
+    assert rows == ["search * z s0 FINISHED 0.40", "search x s0 FINISHED 0.90",
+                    "search y s0 STOPPED_EARLY: asha at epoch 2 of 6 0.20", "confirm * top1 x s9 FINISHED 0.50"]

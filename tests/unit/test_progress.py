@@ -2,6 +2,8 @@
 from types import SimpleNamespace
 
 import sweeps.progress_callback as progress
+from ssat.config import from_dict
+from ssat.presets import preset
 from sweeps.progress_callback import ProgressCallback, duration
 
 
@@ -13,8 +15,15 @@ class Clock:
         return self.t
 
 
+def _base(epochs: int) -> dict:
+    return from_dict(preset("mnist5k-ssat-mbi"), {"optim.epochs": epochs, "optim.lr_milestones": [],
+                                                  "optim.lr_factors": [], "attack.schedule": "const"}).to_dict()
+
+
 def _trial(tid, epochs=3, sampled=None, row="r"):
-    cfg = {"meta": {"row": row, "seed": 0}, "base": {"optim": {"epochs": epochs}}, **(sampled or {})}
+    """A trial as Tune holds it (sweeps.trial_settings): a grid row's, or with `sampled` a search's."""
+    meta = {"sweep": "s", "stage": "search" if sampled else "grid", "row": "" if sampled else row, "seed": 0}
+    cfg = {"trial": {"meta": meta, "base": _base(epochs)}, **(sampled or {})}
     return SimpleNamespace(trial_id=tid, config=cfg, last_result={}, status="RUNNING", error_file=None)
 
 
@@ -32,9 +41,10 @@ def test_eta_from_epochs_seen_in_this_driver(monkeypatch, capsys):
     cb.on_trial_result(0, [a, b], a, {"epoch": 1, "val/clean": 50.0, "val/pgd10": 20.0, "perf/epoch_seconds": 9.5})
     line = capsys.readouterr().out
     # 1 epoch in 10 s, 5 left: 50 s
-    assert "r seed 0: epoch 1 val clean 50.0 pgd10 20.0 (9.5 s) | 0/2 trials done, about 50 s left" in line
+    assert "] r s0: epoch 1 val clean 50.0 pgd10 20.0 (9.5 s) | 0/2 trials done, about 50 s left" in line
     cb.on_trial_result(0, [a, b], b, {"epoch": 1})
-    assert "r (beta=0.123) seed 0: epoch 1" in capsys.readouterr().out  # a search trial names what was sampled
+    h = from_dict(_base(3), {"method.beta": 0.123456}).config_hash()
+    assert f"] beta=0.12 #{h[:4]} s0: epoch 1" in capsys.readouterr().out  # a search trial names what was sampled
     clock.t += 10
     cb.on_trial_result(0, [a, b], a, {"epoch": 2})
     assert "about 20 s left" in capsys.readouterr().out  # 3 epochs ran in 20 s, 3 left
@@ -95,16 +105,16 @@ def test_the_final_evaluation_is_followed_from_the_trial_log(monkeypatch, capsys
     out = capsys.readouterr().out.splitlines()
     # the epoch line is not repeated (its report says it); the half-written line waits
     assert [ln.split("] ", 1)[1] for ln in out] == [
-        "r seed 0: final evaluation: best checkpoint on 1,000 test images, PGD-10, PGD-20, AutoAttack on 100",
-        "r seed 0: [best] pgd10: 70.00%"]
+        "r s0: final evaluation: best checkpoint on 1,000 test images, PGD-10, PGD-20, AutoAttack on 100",
+        "r s0: [best] pgd10: 70.00%"]
     with open(log, "a") as f:
         f.write("0: 68.00%\n10:00:22     autoattack: apgd-ce (1/4) on 100 images, 0 s so far\n"
                 "10:01:00   [best] autoattack (100 images): 60.00% (after apgd-ce 62.00%)\n")
     cb.on_trial_result(0, [a], a, {"epoch": 3, "time/epochs": 3, "work_dir": str(tmp_path)})
     out = capsys.readouterr().out
     # the final report flushes what the log gained since the last look, then the trial is no longer followed
-    assert "r seed 0: [best] pgd20: 68.00%" in out and "r seed 0: autoattack: apgd-ce (1/4)" in out
-    assert "r seed 0: [best] autoattack (100 images): 60.00%" in out
+    assert "r s0: [best] pgd20: 68.00%" in out and "r s0: autoattack: apgd-ce (1/4)" in out
+    assert "r s0: [best] autoattack (100 images): 60.00%" in out
     assert cb.logs == {}
 
 
@@ -148,7 +158,7 @@ def test_on_trial_recover_prints_the_retry_line(capsys, tmp_path):
     t.path = "/work/runs/sweeps/s/tune/grid/t"  # the trial's folder in storage: named, not the driver's staging
     (tmp_path / "error.pkl").write_bytes(cloudpickle.dumps(ActorDiedError()))  # Ray's pickle of the last error
     cb.on_trial_recover(0, [t], t)
-    assert capsys.readouterr().out == ("[sweep] r seed 0: attempt 2 of 3, after epoch 2: its worker process died "
+    assert capsys.readouterr().out == ("[sweep] r s0: attempt 2 of 3, after epoch 2: its worker process died "
                                        "(ActorDiedError); it resumes from its last checkpoint (details: "
                                        "/work/runs/sweeps/s/tune/grid/t/error.txt)\n")
     (tmp_path / "error.pkl").write_bytes(b"torn")

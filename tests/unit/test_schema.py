@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.collect import load_mlflow_runs, load_ray_runs
@@ -51,10 +52,10 @@ def test_a_grid_trial_records_what_it_trained_and_what_its_spec_said():
     cfg, meta = resolve_trial(grid_config())
     rec = meta["record"]
     h = cfg.config_hash()
-    assert rec.key == meta["trial_key"] == f"unit-{h}-s3-grid" and rec.name == "lin-seed3"
+    assert rec.key == meta["trial_key"] == f"unit-{h}-s3-grid" and rec.name == "lin s3"
     assert rec.tags == {"ssat.kind": "trial", "ssat.key": rec.key, "ssat.sweep": "unit", "ssat.stage": "grid",
                         "ssat.table": "schedules", "ssat.row": "lin", "ssat.column_group": "mnist5k/cnn-small",
-                        "ssat.seed": 3, "ssat.expected_seeds": 2, "ssat.config_hash": h,
+                        "ssat.seed": 3, "ssat.expected_seeds": 2, "ssat.config_hash": h, "ssat.label": "lin",
                         "ssat.method_label": "SSAT-MBI", "ssat.schedule_label": "Lin.", "ssat.schedule_title": "Linear",
                         "ssat.schedule_row": "Linear-{t}"}
     assert rec.params == {**TRAINED, "spec.epochs": 10, "spec.t": 6}
@@ -77,15 +78,50 @@ def test_search_and_confirm_trials_record_sampled_values_at_the_length_they_run(
     spec = parse_spec(raw, epochs=5)
     meta = {"sweep": "unit", "stage": "search", "row": "", "seed": 3}
     cfg, m = resolve_trial({"meta": meta, "base": spec.base, "method.beta": 0.7})
-    p = m["record"].params
-    assert (p["method.beta"], p["sampled.method.beta"], p["seed"]) == (0.7, 0.7, 3)
+    rec = m["record"]
+    p, h = rec.params, cfg.config_hash()
+    assert (p["method.beta"], p["seed"]) == (0.7, 3) and not any(k.startswith("sampled.") for k in p)  # once
     assert (p["optim.epochs"], p["attack.t"], p["spec.epochs"], p["spec.t"]) == (5, 4, 5, 4)  # the preset's t=7 of 10, halved
-    assert m["trial_key"] == f"unit-{cfg.config_hash()}-s3-search" and m["sampled"] == {"method.beta": 0.7}
-    cfg, m = resolve_trial({"trial": {"meta": {**meta, "stage": "confirm", "row": "confirm-1"},
-                                      "cfg": spec.config_for({"method.beta": 0.7}, 10).to_dict()}})
-    p = m["record"].params
-    assert (p["method.beta"], p["seed"], p["spec.epochs"], p["spec.t"]) == (0.7, 10, 5, 4)
-    assert "sampled.method.beta" not in p
+    assert m["trial_key"] == f"unit-{h}-s3-search" and m["sampled"] == {"method.beta": 0.7}
+    assert (rec.name, rec.tags["ssat.label"], rec.tags["ssat.sampled"]) == (f"beta=0.7 #{h[:4]} s3",
+                                                                           f"beta=0.7 #{h[:4]}", '["method.beta"]')
+    # the confirm trial of that configuration: the same label, led by its rank in the search
+    confirm = spec.confirm_trials([{"method.beta": 0.7}])[0]
+    cfg, m = resolve_trial({"trial": {"meta": {**meta, "stage": "confirm", "row": "confirm-1", "seed": confirm.seed,
+                                               **confirm.spec_meta}, "cfg": confirm.config.to_dict()}})
+    rec = m["record"]
+    assert (rec.params["method.beta"], rec.params["seed"], rec.params["spec.epochs"]) == (0.7, confirm.seed, 5)
+    assert cfg.config_hash() == h and rec.name == f"top1 beta=0.7 #{h[:4]} s{confirm.seed}"
+    assert (rec.tags["ssat.label"], rec.tags["ssat.sampled"]) == (f"beta=0.7 #{h[:4]}", '["method.beta"]')
+
+
+def test_a_sampled_key_the_tracked_params_lack_is_a_parameter_under_its_own_name():
+    raw = {**{k: v for k, v in SPEC.items() if k != "grid"},
+           "search": {"space": {"optim.lr": {"float": [0.01, 0.1], "log": True}}}}
+    spec = parse_spec(raw, epochs=5)
+    _, m = resolve_trial({"meta": {"sweep": "unit", "stage": "search", "row": "", "seed": 0}, "base": spec.base,
+                          "optim.lr": 0.0344})
+    assert m["record"].params["optim.lr"] == 0.0344 and m["record"].name.startswith("lr=0.034 #")
+
+
+@pytest.mark.parametrize("value,text", [(0.0937, "0.094"), (1.48, "1.5"), (12.34, "12"), (3, "3"), (None, "none"),
+                                        (True, "on"), (False, "off"), ("linear", "linear"), (1e-05, "1e-05")])
+def test_a_sampled_value_in_a_name_is_rounded_to_two_significant_digits(value, text):
+    from sweeps.run_records import value_text
+
+    assert value_text(value) == text
+
+
+def test_a_label_says_a_text_value_as_itself_and_a_number_by_its_keys_last_part():
+    from sweeps.run_records import sampled_label, trial_label, trial_name
+
+    sampled = {"attack.schedule": "linear", "attack.t": 3, "method.rho0": 0.1206, "method.rho_double_epoch": None}
+    assert sampled_label(sampled, "4e14ab0377cc") == "linear t=3 rho0=0.12 rho_double_epoch=none #4e14"
+    assert trial_label({"row": "linear|on"}, {}, "4e14ab0377cc") == "linear|on"
+    assert trial_label({"row": ""}, {}, "4e14ab0377cc") == "#4e14"
+    assert trial_label({"row": "confirm-2", "confirms": {"rank": 2, "sampled": {"method.beta": 0.5}}}, {},
+                       "4e14ab0377cc") == "beta=0.5 #4e14"
+    assert (trial_name("a b #4e14", 0), trial_name("a b #4e14", 10, 2)) == ("a b #4e14 s0", "top2 a b #4e14 s10")
 
 
 def test_sweep_and_teacher_records():

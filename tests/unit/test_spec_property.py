@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from ssat.config import METHODS, SCHEDULES, Config, ConfigError, from_dict
 from ssat.presets import preset
-from sweeps.spec import SEARCH_KEYS, SPEC_KEYS, Spec, parse_spec
+from sweeps.search_spec import SEARCH_KEYS
+from sweeps.spec import SPEC_KEYS, Spec, parse_spec
 
 DOTTED = sorted(Config().to_flat())                       # every real dotted key, plus "seed"
 SECTIONS = sorted({k.split(".")[0] for k in DOTTED if "." in k})

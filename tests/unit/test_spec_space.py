@@ -16,7 +16,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from ssat.config import brief
 from sweeps.space import check_space, corner_configs, define_by_run, space_function
-from sweeps.spec import Spec, SpecError, Trial, _int_field, _min_grace, load_spec, parse_spec, read_yaml
+from sweeps.search_spec import _int_field, _min_grace
+from sweeps.spec import Spec, SpecError, Trial, load_spec, parse_spec, read_yaml
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -121,7 +122,7 @@ def test_config_for_applies_sampled_values_and_seed():
 def test_configs_are_the_grid_trials_or_the_search_base():
     g = parse_spec(grid(seeds=[5, 6], grid=[{"row": "a", "set": {"method.K": 2}}, {"row": "b", "set": {}}]))
     assert [(c.seed, c.method.K) for c in g.configs()] == [(5, 2), (6, 2), (5, 3), (6, 3)]
-    s = parse_spec(search(), seeds=[8, 9], sets={"method.K": 4})
+    s = parse_spec(search(), seeds=[8], sets={"method.K": 4})
     (base,) = s.configs()
     assert (base.seed, base.method.K) == (8, 4) and base == s.base_config()
 
@@ -346,9 +347,26 @@ def test_metric_and_mode(metric, mode, want):
     assert (spec.metric, spec.mode) == want and spec.multi_objective == (len(want[0]) == 2)
 
 
-@pytest.mark.parametrize("prefix", ["val/", "train/", "adv/", "sched/", "perf/", "test/"])
-def test_every_reported_metric_family_is_accepted(prefix):
-    assert parse_spec(grid(metric=prefix + "x")).metric == [prefix + "x"]
+@pytest.mark.parametrize("name", ["val/pgd10", "val/clean", "val/best_pgd10", "train/loss", "train/kl_pgd",
+                                  "adv/alpha_mean", "sched/rho", "perf/epoch_seconds", "test/best/pgd20",
+                                  "test/last/autoattack", "time/total_hours"])
+def test_every_metric_the_trainer_reports_is_accepted(name):
+    assert parse_spec(grid(metric=name)).metric == [name]
+
+
+@pytest.mark.parametrize("typo,near", [("val/pgd_10", "val/pgd10"), ("val/Clean", "val/clean"),
+                                       ("test/best/pgd_20", "test/best/pgd20"), ("train/los", "train/loss")])
+def test_a_metric_typo_is_refused_before_anything_starts_with_the_nearest_name(typo, near):
+    """Today's metric typo failed the search after its first epoch with a Ray traceback."""
+    with pytest.raises(SpecError) as err:
+        parse_spec({**search(), "metric": typo})
+    assert f"metric: {typo!r} is not a metric the trainer reports; did you mean {near!r}?" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["val/x", "train/x", "test/x", "test/best/fgsm", "accuracy"])
+def test_a_name_of_a_known_family_the_trainer_does_not_report_is_refused(name):
+    with pytest.raises(SpecError, match="is not a metric the trainer reports"):
+        parse_spec(grid(metric=name))
 
 
 @pytest.mark.parametrize("metric", [["a/b", "c/d", "e/f"], [], [1], 3, None, ["val/a", 2]])
@@ -363,10 +381,16 @@ def test_bad_mode(metric, mode):
     refused(grid(metric=metric, mode=mode), f"mode: {mode!r}; allowed: 'max' or 'min', one per metric")
 
 
-def test_unknown_metric_family():
-    refused(grid(metric="acc"), "metric: 'acc' is not a metric the trainer reports; e.g. val/pgd10, val/clean")
-    refused(grid(metric=["val/a", "loss"], mode=["max", "min"]),
-            "metric: 'loss' is not a metric the trainer reports; e.g. val/pgd10, val/clean")
+def test_unknown_metric_names_the_allowed_ones():
+    with pytest.raises(SpecError) as err:
+        parse_spec(grid(metric=["val/clean", "loss"], mode=["max", "min"]))
+    assert str(err.value).startswith("<spec>: metric: 'loss' is not a metric the trainer reports")
+    assert "Allowed: the per-epoch val/clean, val/pgd10" in str(err.value)
+
+
+def test_a_metric_over_the_text_limit_is_refused_by_its_length_before_any_name_is_compared():
+    refused(grid(metric="val/" + "r" * 197), f"metric: 201 characters ({brief('val/' + 'r' * 197)}); allowed: at "
+                                             f"most 200 {LIMIT_NOTE}")
 
 
 # ---- grid rows ---------------------------------------------------------------------------------------------------
@@ -466,7 +490,7 @@ def test_early_stopping_checks():
     refused(search(early_stopping=[8]), "search.early_stopping: expected {grace_period: N} or null")
     refused(search(early_stopping={"grace": 8}), "unknown key 'search.early_stopping.grace'; did you mean "
                                                  "'grace_period'? Valid keys: grace_period, reduction_factor")
-    multi = {**search(early_stopping={"grace_period": 9}), "metric": ["val/a", "val/b"], "mode": ["max", "max"]}
+    multi = {**search(early_stopping={"grace_period": 9}), "metric": ["val/clean", "val/pgd10"], "mode": ["max", "max"]}
     refused(multi, "search.early_stopping: ASHA needs a single metric; remove it for multi-objective")
     assert parse_spec({**multi, "search": {"space": BETA}}).search["early_stopping"] is None
 
@@ -780,9 +804,11 @@ def test_space_function_is_a_picklable_define_by_run():
 
 # ---- the size limits at their edges (MAX_TRIALS lowered, so the last allowed case is cheap to build) --------------
 def test_trial_counts_are_allowed_up_to_the_limit_and_refused_one_past_it(monkeypatch):
+    import sweeps.search_spec as search_module
     import sweeps.spec as spec_module
 
     monkeypatch.setattr(spec_module, "MAX_TRIALS", 6)
+    monkeypatch.setattr(search_module, "MAX_TRIALS", 6)
     product = {"method.beta": [0.1, 0.2, 0.3], "method.tau": [1.0, 2.0]}
     assert len(parse_spec(grid(grid={"product": product})).grid) == 6
     refused(grid(grid={"product": {**product, "method.tau": [1.0, 2.0, 3.0]}}),
@@ -851,7 +877,6 @@ LIMIT_NOTE = "(a limit no real sweep comes near)"
 
 @pytest.mark.parametrize("where, make, limit", [
     ("grid[0].row", lambda text: grid(grid=[{"row": text, "set": {}}]), 200),
-    ("metric", lambda text: grid(metric="val/" + text[4:]), 200),
     ("resources.custom", lambda text: grid(resources={"custom": {text: 1}}), 200),
     ("description", lambda text: grid(description=text), 5_000),
     ("table", lambda text: grid(table=text), 200),
@@ -861,7 +886,7 @@ def test_a_text_field_at_its_limit_is_read_and_one_over_is_refused_with_the_spec
     parse_spec(make("r" * limit))
     with pytest.raises(SpecError) as err:
         parse_spec(make("r" * (limit + 1)))
-    value = "val/" + "r" * (limit - 3) if where == "metric" else "r" * (limit + 1)
+    value = "r" * (limit + 1)
     assert str(err.value) == (f"<spec>: {where}: {limit + 1:,} characters ({brief(value)}); allowed: at most "
                               f"{limit:,} {LIMIT_NOTE}")
 

@@ -73,3 +73,53 @@ def test_the_installed_ui_reads_the_view_and_the_facets_the_links_use():
         assert name in js, f"{name} is no longer in MLflow's UI bundle"
     state_keys = re.search(r'\["selectedColumns","columnOrder",[^\]]*\]', js).group(0)
     assert '"columnWidths"' in state_keys and '"runsHiddenMode"' in state_keys
+
+
+def _spec(kind: str):
+    from sweeps.spec import parse_spec
+
+    if kind == "search":
+        return parse_spec({"name": "s", "preset": "mnist5k-ssat-mbi", "metric": "train/loss", "mode": "min",
+                           "search": {"space": {"attack.schedule": {"choice": ["const", "linear"]},
+                                                "method.beta": {"float": [0.0, 1.0]}},
+                                      "confirm": {"top_k": 1, "seeds": [9]}}})
+    return parse_spec({"name": "g", "preset": "mnist5k-ssat-mbi", "grid": [
+        {"row": "a", "set": {"attack.schedule": "const", "method.interpolate": False}},
+        {"row": "b", "set": {"method.beta": 0.5, "attack.schedule": "linear"}}]})
+
+
+def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(tmp_path):
+    """The MLflow link of a search sorts by the spec's metric in its direction and shows it, the sampled
+    parameters and the confirm trials' test accuracies as columns: no column to tick by hand."""
+    from sweeps.tracking import link_columns
+
+    spec = _spec("search")
+    assert link_columns(spec) == (["attack.schedule", "method.beta"],
+                                  ["train/loss", "test/best/clean", "test/best/pgd20"], "train/loss")
+    assert ui_url("7", spec=spec) == ("http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+                                      "&orderByKey=metrics.%60train%2Floss%60&orderByAsc=true")  # min: ascending
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = Tracker(uri, "s", log=lambda s: None).experiment_id
+    key = ui_url(exp, store=uri, spec=spec).split("viewStateShareKey=")[1]
+    view = json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])
+    state = json.loads(view["state"])
+    columns = ["metrics.`train/loss`", "metrics.`test/best/clean`", "metrics.`test/best/pgd20`",
+               "params.`attack.schedule`", "params.`method.beta`"]
+    assert (state["orderByKey"], state["orderByAsc"], state["selectedColumns"], state["columnOrder"]) == (
+        "metrics.`train/loss`", True, columns, columns)
+    assert view["name"] == "Search: train/loss (best first), sampled parameters"
+
+
+def test_a_grid_link_shows_the_table_metrics_and_the_grids_factors_by_name(tmp_path):
+    from sweeps.tracking import link_columns
+
+    spec = _spec("grid")
+    assert link_columns(spec) == (["attack.schedule", "method.interpolate", "method.beta"],
+                                  ["test/best/clean", "test/best/pgd20", "val/pgd10"], None)
+    assert ui_url("7", spec=spec) == ui_url("7")  # by name, as before
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    exp = Tracker(uri, "g", log=lambda s: None).experiment_id
+    key = ui_url(exp, store=uri, spec=spec).split("viewStateShareKey=")[1]
+    state = json.loads(json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])["state"])
+    assert state["selectedColumns"][3:] == ["params.`attack.schedule`", "params.`method.interpolate`",
+                                            "params.`method.beta`"]

@@ -82,14 +82,17 @@ def test_a_search_trial_reads_back_as_the_shape_before_issue_27_did():
     cfg, m = resolve_trial(search_trial_now(spec, {"method.beta": 0.7}))
     same((cfg, m), resolve_trial(old))
     assert (cfg.method.beta, cfg.seed, cfg.optim.epochs) == (0.7, 3, 5)
-    assert (m["sampled"], m["scheduler"], m["record"].params["sampled.method.beta"]) == ({"method.beta": 0.7}, "asha",
-                                                                                          0.7)
+    assert (m["sampled"], m["scheduler"], m["record"].params["method.beta"]) == ({"method.beta": 0.7}, "asha", 0.7)
     # a confirm trial is a grid trial of the sampled configuration
     (confirm, *_) = spec.confirm_trials([{"method.beta": 0.7}])
     (now, *_) = [v["config"] for _, v in generate_variants({"config": grid_space(spec, [confirm], EXTRA)})]
     old = {"trial": {"meta": {**old_meta(spec), "stage": "confirm", "row": "confirm-1", "seed": confirm.seed},
                      "cfg": confirm.config.to_dict()}}
-    same(resolve_trial(now), resolve_trial(old))
+    now, old = resolve_trial(now), resolve_trial(old)
+    # the same config and key; a confirm trial saved before its meta said which configuration it confirms is named
+    # by its row (today's by its rank and the search's label: test_schema.py)
+    assert now[0].to_dict() == old[0].to_dict() and now[1]["trial_key"] == old[1]["trial_key"]
+    assert (old[1]["record"].name, now[1]["record"].name.split()[0]) == (f"confirm-1 s{confirm.seed}", "top1")
 
 
 def test_a_view_reads_every_shape_without_building_a_config():
@@ -99,8 +102,12 @@ def test_a_view_reads_every_shape_without_building_a_config():
                             ({"meta": meta, "base": spec.base, "method.beta": 0.5}, {"method.beta": 0.5}),
                             ({"trial": {"meta": meta, "cfg": spec.base}}, {}),
                             ({"meta": meta, "cfg": spec.base}, {})):
-        assert view(config) == (meta, sampled, 5)
-    assert view({"trial": {"meta": meta, "base": {"optim": {}}}}).epochs == 0  # unknown, never an error
+        assert view(config)[:3] == (meta, sampled, 5)
+    broken = view({"trial": {"meta": meta, "base": {"optim": {}}}})
+    assert (broken.epochs, broken.name) == (0, "")  # unknown, never an error
+    h = spec.config_for({"method.beta": 0.5}, 0).config_hash()
+    assert view({"trial": {"meta": {**meta, "sweep": "s", "stage": "search"}, "base": spec.base},
+                 "method.beta": 0.5}).name == f"beta=0.5 #{h[:4]} s0"
     with pytest.raises(ValueError, match="not a trial's settings"):
         resolve_trial({"trial": {"meta": meta}})
 
@@ -156,7 +163,8 @@ def test_the_progress_callback_reads_a_trials_settings_once(monkeypatch, capsys)
     cb = ProgressCallback(total=1, total_epochs=5)
     for epoch in (1, 2):
         cb.on_trial_result(0, [trial], trial, {"epoch": epoch})
-    assert "t0 (beta=0.25) seed 3: epoch 2" in capsys.readouterr().out
+    h = spec.config_for({"method.beta": 0.25}, 3).config_hash()
+    assert f"beta=0.25 #{h[:4]} s3: epoch 2" in capsys.readouterr().out
     assert len(reads) == 1
     cb.setup()  # a restored driver starts over
     cb.on_trial_result(0, [trial], trial, {"epoch": 3})

@@ -1,0 +1,96 @@
+"""sweeps/ranking.py: which settings won, as the console says it at the end of a search and of its confirm stage:
+the ranking by the spec's metric (the Pareto front for two), each confirmed configuration's mean and sample std
+over its seeds, the winner and the test that says how sure."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sweeps.outcomes import StageOutcome, TrialOutcome
+from sweeps.ranking import confirm_summary, mean_std, ranked, search_ranking, welch_p
+from sweeps.spec import parse_spec
+
+BASE = {"name": "unit", "preset": "mnist5k-ssat-mbi", "search": {"num_samples": 4, "space": {
+    "method.beta": {"float": [0.0, 1.0]}}, "confirm": {"top_k": 2, "seeds": [10, 11]}}}
+
+
+def trial(name, state="finished", rank=None, label=None, **metrics) -> TrialOutcome:
+    return TrialOutcome(f"k-{name}", state, 4, 4, {"method.beta": metrics.pop("beta", 0.5)},
+                        {k.replace("__", "/"): v for k, v in metrics.items()}, name=name, label=label or name,
+                        rank=rank)
+
+
+def spec(metric="val/pgd10", mode="max"):
+    return parse_spec({**BASE, "metric": metric, "mode": mode})
+
+
+def test_mean_and_sample_std():
+    assert mean_std([1.0, 3.0]) == (2.0, math.sqrt(2.0))
+    m, s = mean_std([4.0])
+    assert m == 4.0 and math.isnan(s)
+
+
+def test_the_search_ranking_lists_the_best_first_marks_the_confirmed_and_leaves_early_stops_out():
+    out = StageOutcome("search", 4, [trial("a", beta=0.1, val__pgd10=50.0), trial("b", beta=0.2, val__pgd10=70.0),
+                                     trial("c", "stopped_early", beta=0.3, val__pgd10=90.0),
+                                     trial("d", beta=0.4, val__pgd10=60.0)])
+    lines = search_ranking(out, spec(), confirmed=[{"method.beta": 0.2}, {"method.beta": 0.4}], top=2)
+    assert lines[0] == ("[search] the top 2 of 4 trials by val/pgd10 (max, at their last epoch); 1 stopped early by "
+                        "the scheduler are not ranked:")
+    assert [ln.split() for ln in lines[1:]] == [["rank", "val/pgd10", "trial"], ["1", "70.00", "b", "->", "confirmed"],
+                                               ["2", "60.00", "d", "->", "confirmed"]]
+
+
+def test_a_minimised_metric_ranks_the_lowest_first():
+    trials = [trial("a", train__loss=0.3), trial("b", train__loss=0.1), trial("c")]
+    assert [t.name for t in ranked(trials, "train/loss", "min")] == ["b", "a"]  # c has no value: not ranked
+
+
+def test_two_metrics_rank_the_pareto_front():
+    s = parse_spec({**BASE, "metric": ["val/clean", "val/pgd10"], "mode": ["max", "max"]})
+    out = StageOutcome("search", 3, [trial("a", val__clean=90.0, val__pgd10=40.0),
+                                     trial("b", val__clean=80.0, val__pgd10=50.0),
+                                     trial("c", val__clean=70.0, val__pgd10=45.0)])  # c is dominated by b
+    lines = search_ranking(out, s)
+    assert lines[0].startswith("[search] the Pareto front of val/clean (max) and val/pgd10 (max): 2 of 3 trials")
+    assert [ln.split()[-1] for ln in lines[2:]] == ["a", "b"]
+
+
+def test_the_confirm_summary_gives_each_configurations_mean_and_std_and_names_the_winner():
+    out = StageOutcome("confirm", 4, [
+        trial("top1 x s10", rank=1, label="x", val__pgd10=60.0, test__best__clean=80.0, test__best__pgd20=50.0),
+        trial("top1 x s11", rank=1, label="x", val__pgd10=62.0, test__best__clean=82.0, test__best__pgd20=52.0),
+        trial("top2 y s10", rank=2, label="y", val__pgd10=70.0, test__best__clean=85.0, test__best__pgd20=55.0),
+        trial("top2 y s11", rank=2, label="y", val__pgd10=72.0, test__best__clean=87.0, test__best__pgd20=57.0)])
+    lines = confirm_summary(out, spec())
+    assert lines[0] == ("[confirm] 2 configuration(s), each over seeds 10, 11 (mean ± sample std); test: the best "
+                        "checkpoint")
+    assert [" ".join(ln.split()) for ln in lines[1:4]] == [
+        "val/pgd10 test clean test pgd20 configuration",
+        "71.00 ± 1.41 86.00 ± 1.41 56.00 ± 1.41 top2 y",  # the confirm stage reverses the search's order here
+        "61.00 ± 1.41 81.00 ± 1.41 51.00 ± 1.41 top1 x"]
+    p = welch_p([70.0, 72.0], [60.0, 62.0])
+    assert lines[4] == (f"[winner] top2 y: val/pgd10 71.00 ± 1.41 over 2 seed(s), ahead of top1 by 10.00 points "
+                        f"(Welch's t-test p = {p:.2g}: {'' if p < 0.05 else 'not '}significant at 0.05)")
+
+
+def test_a_configuration_short_of_seeds_says_so_and_one_seed_has_no_test():
+    out = StageOutcome("confirm", 4, [trial("top1 x s10", rank=1, label="x", val__pgd10=60.0),
+                                      trial("top1 x s11", "interrupted", rank=1, label="x"),
+                                      trial("top2 y s10", rank=2, label="y", val__pgd10=50.0),
+                                      trial("top2 y s11", rank=2, label="y", val__pgd10=52.0)])
+    lines = confirm_summary(out, spec())
+    assert lines[2].rstrip().endswith("top1 x  (1 of 2 seeds finished)") and lines[2].split()[0] == "60.00"
+    assert lines[3].rstrip().endswith("top2 y") and "51.00 ± 1.41" in lines[3]
+    assert lines[-1].endswith("(Welch's t-test undefined: fewer than 2 seeds on a side)")
+
+
+def test_no_finished_confirm_trial_has_no_winner():
+    out = StageOutcome("confirm", 2, [trial("top1 x s10", "interrupted", rank=1, label="x")])
+    assert confirm_summary(out, spec())[-1] == "[winner] none: no confirm trial finished"
+
+
+@pytest.mark.parametrize("a,b,want", [([1.0], [2.0, 3.0], None), ([1.0, 1.0], [1.0, 1.0], None)])
+def test_welch_is_undefined_without_two_seeds_or_spread(a, b, want):
+    assert welch_p(a, b) is want

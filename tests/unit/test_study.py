@@ -1,0 +1,109 @@
+"""sweeps/study.py: the search's Optuna study in the sweep's folder, driven here as Ray Tune drives its searcher
+(suggest, a result per epoch, complete; save and restore), on a real SQLite storage: every trial named and linked,
+its intermediate values at the epochs that validated, a restored searcher going on with the same study."""
+from __future__ import annotations
+
+import functools
+import json
+
+import optuna
+import pytest
+
+from sweeps.space import space_function
+from sweeps.spec import parse_spec
+from sweeps.study import (SweepSearch, check_new_study, dashboard_command, link_mlflow_run, redacted,
+                          search_identity, storage_url, study_attrs)
+from sweeps.errors import SweepError
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+SPEC = {"name": "unit", "preset": "mnist5k-ssat-mbi", "epochs": 4,
+        "overrides": {"optim.lr_milestones": [3], "optim.lr_factors": [0.1]},
+        "search": {"num_samples": 3, "space": {"attack.schedule": {"choice": ["const", "linear"]},
+                                               "method.beta": {"float": [0.0, 1.0]}},
+                   "confirm": {"top_k": 1, "seeds": [9]}}}
+
+
+def searcher(url: str, spec=None) -> SweepSearch:
+    spec = spec or parse_spec(SPEC)
+    return SweepSearch(space=space_function(spec.search["space"]), metric="val/pgd10", mode="max",
+                       sampler=optuna.samplers.TPESampler(seed=0), storage=optuna.storages.RDBStorage(url),
+                       study_name="unit", identify=functools.partial(search_identity, base=spec.base, seed=0,
+                                                                     sweep="unit"),
+                       study_attrs=study_attrs(spec, "sqlite:///mlflow.db"))
+
+
+def test_the_study_lives_in_the_sweep_folder_unless_an_rdb_is_given(tmp_path):
+    assert storage_url(tmp_path) == f"sqlite:///{tmp_path.resolve()}/optuna.db"
+    assert storage_url(tmp_path, "postgresql://u:pw@h/optuna") == "postgresql+psycopg2://u:pw@h/optuna"
+    assert redacted("postgresql+psycopg2://u:pw@h/optuna") == "postgresql+psycopg2://u:***@h/optuna"
+    assert dashboard_command("sqlite:///x/optuna.db") == "optuna-dashboard sqlite:///x/optuna.db --host 127.0.0.1 --port 8080"
+
+
+def test_trials_are_named_and_linked_and_report_each_validated_epoch(tmp_path):
+    url = storage_url(tmp_path)
+    s = searcher(url)
+    params = s.suggest("tune_a")
+    for epoch, result in enumerate([{"val/pgd10": 10.0}, {}, {"val/pgd10": 30.0}], 1):  # epoch 2 did not validate
+        s.on_trial_result("tune_a", {"epoch": epoch, **result})
+    s.on_trial_result("tune_a", {"epoch": 3, "val/pgd10": 99.0})  # a resumed trial's replay changes nothing
+    assert link_mlflow_run(url, "unit", "tune_a", "run123") and not link_mlflow_run(url, "unit", "nobody", "x")
+    assert link_mlflow_run(url, "unit", "tune_a", "run123")  # again: nothing to change
+    s.on_trial_complete("tune_a", {"epoch": 3, "val/pgd10": 30.0, "val/clean": 80.0})
+    assert not link_mlflow_run(url, "unit", "tune_a", "other")  # a finished trial keeps its attributes
+    study = optuna.load_study(study_name="unit", storage=url)
+    (t,) = study.trials
+    ident = search_identity(params, base=parse_spec(SPEC).base, seed=0, sweep="unit")
+    assert ident["name"].endswith(" s0") and ident["ssat_key"].startswith("unit-") and ident["label"] in ident["name"]
+    assert t.user_attrs == {**ident, "tune_trial_id": "tune_a", "mlflow_run_id": "run123", "val/clean": 80.0,
+                            "val/pgd10": 30.0, "epoch": 3}
+    assert t.intermediate_values == {1: 10.0, 3: 30.0} and t.value == 30.0 and t.state.name == "COMPLETE"
+    assert t.params == params
+    assert json.loads(study.user_attrs["space"]) == SPEC["search"]["space"]
+    assert (study.user_attrs["metric"], study.user_attrs["mode"], study.user_attrs["sweep"]) == ("val/pgd10", "max",
+                                                                                                  "unit")
+
+
+def test_a_restored_searcher_goes_on_with_the_same_study_and_fails_a_trial_tune_never_ran(tmp_path):
+    url = storage_url(tmp_path)
+    s = searcher(url)
+    s.suggest("a")
+    s.on_trial_result("a", {"epoch": 1, "val/pgd10": 5.0})
+    s.save(str(tmp_path / "searcher.pkl"))  # Tune's last save before the driver stopped
+    s.suggest("b")  # asked after it: this searcher state never knew it
+    again = searcher(url)  # the resumed driver's (load_if_exists), then Tune restores the saved state into it
+    again.restore(str(tmp_path / "searcher.pkl"))
+    again.on_trial_result("a", {"epoch": 2, "val/pgd10": 7.0})
+    again.on_trial_complete("a", {"epoch": 2, "val/pgd10": 7.0})
+    again.suggest("c")
+    trials = {t.user_attrs["tune_trial_id"]: t for t in optuna.load_study(study_name="unit", storage=url).trials}
+    assert set(trials) == {"a", "b", "c"}  # one study trial per Tune trial: a was not asked again
+    assert trials["a"].intermediate_values == {1: 5.0, 2: 7.0} and trials["a"].state.name == "COMPLETE"
+    assert trials["b"].state.name == "FAIL" and "never_ran" in trials["b"].user_attrs
+    assert trials["c"].state.name == "RUNNING"
+
+
+def test_a_trial_without_a_value_ends_pruned_and_one_that_errored_fails(tmp_path):
+    s = searcher(storage_url(tmp_path))
+    s.suggest("early")
+    s.on_trial_result("early", {"epoch": 1, "val/pgd10": 3.0})
+    s.on_trial_complete("early", {"epoch": 1})  # stopped by ASHA before it validated again: no value
+    s.suggest("err")
+    s.on_trial_complete("err", None, error=True)
+    states = {t.user_attrs["tune_trial_id"]: t.state.name for t in s._ot_study.trials}
+    assert states == {"early": "PRUNED", "err": "FAIL"}
+
+
+def test_a_new_search_refuses_a_storage_that_holds_its_study_or_cannot_be_opened(tmp_path):
+    url = storage_url(tmp_path)
+    check_new_study(url, "unit")  # no file yet: nothing to check
+    searcher(url)
+    check_new_study(url, "other")
+    with pytest.raises(SweepError, match="already holds a study named unit: give this sweep another --name"):
+        check_new_study(url, "unit")
+    with pytest.raises(SweepError, match=r"--optuna-storage postgresql\+psycopg2://u:\*\*\*@127.0.0.1:1/x: cannot be "
+                                         r"opened"):
+        check_new_study("postgresql+psycopg2://u:pw@127.0.0.1:1/x", "unit")
+
+
+def test_identity_of_a_config_that_does_not_build_is_empty():
+    assert search_identity({"method.beta": "x"}, base=parse_spec(SPEC).base, seed=0, sweep="unit") == {}
