@@ -114,11 +114,11 @@ def top_configs(finished: list[TrialOutcome], spec: Spec) -> list[dict]:
         if key in seen:
             continue
         seen.add(key)
-        rows.append(([v if mode == "max" else -v for v, mode in zip(vals, spec.mode)], t.sampled))
+        rows.append(([v if mode == "max" else -v for v, mode in zip(vals, spec.mode)], t.sampled, t.name))
     k = spec.search["confirm"]["top_k"]
     if not spec.multi_objective:
-        rows.sort(key=lambda r: -r[0][0])
-        return [s for _, s in rows[:k]]
+        rows.sort(key=lambda r: (-r[0][0], r[2]))  # ties by name, as the printed ranking (sweeps.ranking)
+        return [s for _, s, _ in rows[:k]]
     front = pareto_front([r[0] for r in rows])
     keep = crowding_thin([rows[i][0] for i in front], k)
     return [rows[front[i]][1] for i in keep]

@@ -48,9 +48,9 @@ def _ms(values: list[float]) -> str:
 
 
 def ranked(trials: list[TrialOutcome], metric: str, mode: str) -> list[TrialOutcome]:
-    """Trials with a value of `metric`, best first (ties keep their order)."""
+    """Trials with a value of `metric`, best first, ties by name (as `status` orders them)."""
     have = [t for t in trials if _num(t, metric) is not None]
-    return sorted(have, key=lambda t: -_num(t, metric) if mode == "max" else _num(t, metric))
+    return sorted(have, key=lambda t: (-_num(t, metric) if mode == "max" else _num(t, metric), t.name))
 
 
 def _table(header: list[str], rows: list[list[str]], right: int) -> list[str]:

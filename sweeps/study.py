@@ -124,9 +124,12 @@ class SweepSearch(OptunaSearch):
                 pass  # told before the driver stopped, resumed by Tune from an older state
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        """Before Optuna is told the end: the last report's validation accuracies and epoch as user attributes
-        (`val/clean`, `val/pgd10`, `epoch`), so a figure can set any of them against the objective."""
+        """Before Optuna is told the end: the last report's metric as the intermediate value of its epoch, and its
+        validation accuracies and epoch as user attributes (`val/clean`, `val/pgd10`, `epoch`), so a figure can set
+        any of them against the objective."""
         if result and trial_id in self._ot_trials and trial_id not in self._completed_trials:
+            # a result Tune's scheduler ended the trial with (ASHA at max_t) reaches only this hook, not on_trial_result
+            self.on_trial_result(trial_id, result)
             for key in FINAL_ATTRS:
                 if isinstance(result.get(key), (int, float)):
                     self._ot_trials[trial_id].set_user_attr(key, float(result[key]) if key != "epoch" else

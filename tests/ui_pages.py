@@ -1,7 +1,7 @@
 """MLflow's UI on a small sweep's store, rendered by a real headless Chromium.
 
 `python -m tests.ui_pages [OUT_DIR]` (`make screenshots`) writes PNGs of the experiment page that the demo's
-link opens and of the compare view of two trials (docs/img by default); tests/integration/test_mlflow_ui.py
+link opens, of the compare view of two trials and of a search's link (docs/img by default); tests/integration/test_mlflow_ui.py
 checks the same pages' rendered DOM. The store is written through the project's own Tracker with the records a
 sweep writes (sweeps.run_records: the parent run, then one child run per trial with its tags and flat parameters,
 its last validation epoch and its final test metrics, as sweeps.mlflow_callback logs them), for a grid as large
@@ -41,13 +41,13 @@ ROWS = [{"row": f"beta=0.{i}", "set": {"method.beta": i / 10}} for i in range(1,
 SEEDS = (0, 1)
 EPOCHS = 2  # the spec's (write_spec): the step of the last validation epoch and of the final metrics
 # The two trials of the compare view: they differ only in beta
-COMPARED = ("beta=0.4-seed0", "beta=0.5-seed0")
+COMPARED = ("beta=0.4 s0", "beta=0.5 s0")
 # The UI is a single-page app that fetches the runs after it loads: virtual time runs on until the page is idle
 # or this budget is spent, so the DOM and the screenshot are taken after the fetches, not of a spinner.
 BUDGET_MS = 15000
 # Window sizes (screenshots and rendered DOM): the experiment page is tall enough for the 15 runs (the table renders
 # only the rows and columns in sight), the compare view for the parameter table.
-WINDOWS = {"experiment": (1600, 1000), "compare": (1400, 1600)}
+WINDOWS = {"experiment": (1600, 1000), "compare": (1400, 1600), "search": (1600, 900)}
 
 
 def trial_metrics(row: int, seed: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -92,6 +92,67 @@ def write_sweep(uri: str, workdir: Path) -> tuple[str, dict[str, str]]:
     tracker.end(parent.key)
     _send(tracker)
     return tracker.experiment_id, {name: tracker.find_run(key) for name, key in keys.items()}
+
+
+SEARCH = "ui-search"
+SAMPLED = [{"method.beta": b, "method.tau": t} for b, t in ((0.12, 1.5), (0.83, 2.5), (0.41, 0.7), (0.95, 3.1),
+                                                            (0.27, 1.1), (0.66, 2.0))]
+CONFIRM_SEEDS = (10, 11)
+
+
+def search_metrics(i: int) -> float:
+    """The made-up last val/pgd10 of search trial `i`: distinct, not in the order the trials ran."""
+    return round(60.0 + (7 * i) % 6 + 0.25 * i, 2)
+
+
+def search_spec(workdir: Path):
+    search = {"num_samples": len(SAMPLED), "space": {"method.beta": {"float": [0.0, 1.0]},
+                                                     "method.tau": {"float": [0.5, 4.0]}},
+              "confirm": {"top_k": 2, "seeds": list(CONFIRM_SEEDS)}}
+    return load_spec(write_spec(workdir / f"{SEARCH}.yaml", SEARCH, epochs=EPOCHS, search=search))
+
+
+def write_search(uri: str, workdir: Path) -> tuple[str, dict[str, str]]:
+    """A search sweep's runs in `uri` as the driver writes them: 6 search trials (their sampled beta and tau, a
+    last val/pgd10 each), then the best two configurations' confirm trials over two seeds (with test metrics).
+    Returns (experiment id, run name -> run id)."""
+    spec = search_spec(workdir)
+    tracker = Tracker(uri, spec.name, log=lambda s: None)
+    parent = sweep_record(spec.name, spec.table, f"{SEARCH}.yaml", spec.preset, code_version())
+    tracker.ensure_run(parent.key, parent.tags, parent.params, name=parent.name)
+    _send(tracker)
+    meta = {"sweep": spec.name, "table": "", "column_group": spec.column_group, "expected_seeds": 1,
+            "parent": tracker.find_run(parent.key)}
+    keys = {}
+    for i, sampled in enumerate(SAMPLED):
+        keys.update(_search_run(tracker, spec, meta, "search", sampled, spec.seeds[0], {"val/pgd10": search_metrics(i)},
+                                {}))
+    best = sorted(range(len(SAMPLED)), key=lambda i: -search_metrics(i))[:2]
+    for rank, i in enumerate(best, 1):
+        for seed in CONFIRM_SEEDS:
+            keys.update(_search_run(tracker, spec, meta, "confirm", SAMPLED[i], seed,
+                                    {"val/pgd10": search_metrics(i) - seed / 10},
+                                    {"test/best/clean": 90.0 + rank, "test/best/pgd20": 55.0 + seed / 10}, rank))
+    tracker.end(parent.key)
+    _send(tracker)
+    return tracker.experiment_id, {name: tracker.find_run(key) for name, key in keys.items()}
+
+
+def _search_run(tracker, spec, meta, stage, sampled, seed, epoch, final, rank=None) -> dict[str, str]:
+    if stage == "search":
+        config = {"trial": {"meta": {**meta, "stage": stage, "row": "", "seed": seed}, "base": spec.base}, **sampled}
+    else:
+        config = {"trial": {"meta": {**meta, "stage": stage, "row": f"confirm-{rank}", "seed": seed,
+                                     "confirms": {"rank": rank, "sampled": sampled}},
+                            "base": spec.config_for(sampled, seed).to_dict()}}
+    rec = resolve_trial(config)[1]["record"]
+    tracker.ensure_run(rec.key, {**rec.tags, "ssat.status": "FINISHED", "mlflow.parentRunId": meta["parent"]},
+                       rec.params, name=rec.name)
+    tracker.log_epoch(rec.key, epoch, EPOCHS)
+    if final:
+        tracker.log_final(rec.key, final, {}, EPOCHS)
+    tracker.end(rec.key)
+    return {rec.name: rec.key}
 
 
 def _send(tracker: Tracker) -> None:
@@ -146,6 +207,8 @@ def main(argv: list[str]) -> int:
         try:
             exp_id, trials = write_sweep(server.url, Path(tmp))
             urls = page_urls(server.url, exp_id, [trials[n] for n in COMPARED])
+            search_id, _ = write_search(server.url, Path(tmp))
+            urls["search"] = ui_url(search_id, server.url, store=server.url, spec=search_spec(Path(tmp)))
             for page, url in urls.items():
                 png = out / f"mlflow-{page}.png"
                 render(exe, url, screenshot=png.resolve(), window=WINDOWS[page])

@@ -42,3 +42,29 @@ def epoch_histories(uri: str, run) -> dict[str, list[tuple[int, float]]]:
     """Every per-epoch metric but wall-clock ones, step -> value."""
     keys = [k for k in run.data.metrics if k.startswith(("train/", "val/", "adv/", "sched/"))]
     return {k: sorted(history(uri, run, k)) for k in keys}
+
+
+def study_trials(workdir: Path, sweep: str) -> list:
+    """The search's persisted Optuna study (sweeps.study): its trials, as optuna-dashboard reads them."""
+    import optuna
+
+    url = f"sqlite:///{Path(workdir).resolve() / 'runs' / 'sweeps' / sweep / 'optuna.db'}"
+    return optuna.load_study(study_name=sweep, storage=url).get_trials(deepcopy=False)
+
+
+def check_study_mirrors_the_store(workdir: Path, uri: str, sweep: str) -> list:
+    """Every search run of the store has exactly one study trial, found by its MLflow key and linked to its run id,
+    with the run's name and the run's per-epoch metric as intermediate values; a study trial with no run is one
+    Tune never ran (FAIL, `never_ran`). Returns the study trials that ran."""
+    runs = {r.data.tags["ssat.key"]: r for r in trial_runs(uri, sweep, "search")}
+    trials = study_trials(workdir, sweep)
+    ran = [t for t in trials if "never_ran" not in t.user_attrs]
+    assert all(t.state.name == "FAIL" for t in trials if t not in ran)
+    assert sorted(t.user_attrs["ssat_key"] for t in ran) == sorted(runs), (len(ran), len(runs))  # none twice
+    for t in ran:
+        run = runs[t.user_attrs["ssat_key"]]
+        assert t.user_attrs["mlflow_run_id"] == run.info.run_id and t.user_attrs["name"] == run.info.run_name
+        assert t.intermediate_values == dict(history(uri, run, "val/pgd10")), (t.number, t.state, t.intermediate_values,
+                                                                                history(uri, run, "val/pgd10"))
+        assert t.state.name in ("COMPLETE", "PRUNED"), t.state
+    return ran

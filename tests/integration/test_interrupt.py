@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps.cli import main as sweeps_main
 from sweeps.mlflow_callback import TrackingCallback
-from tests.integration.sweep_helpers import history, trial_runs, write_spec
+from tests.integration.sweep_helpers import check_study_mirrors_the_store, history, trial_runs, write_spec
 
 pytestmark = pytest.mark.integration
 
@@ -179,6 +179,10 @@ def test_ctrl_c_in_the_search_and_confirm_stages_then_resume(ray_local, teacher_
     # the confirmed configuration is a best search trial among those that ran all their epochs
     score = {(r.data.params["method.beta"], r.data.params["method.tau"]): r.data.metrics["val/pgd10"] for r in full}
     assert score[(confirm.data.params["method.beta"], confirm.data.params["method.tau"])] == max(score.values())
+    # the resumed search went on with the same Optuna study: one trial per search run, none asked twice
+    ran = check_study_mirrors_the_store(tmp_path, uri, "cut-search")
+    assert len(ran) == 3 and sum(t.state.name == "PRUNED" for t in ran) == stopped
+    assert confirm.info.run_name.startswith("top1 ") and confirm.info.run_name.endswith(" s10")
 
     # 3. Resume to the end: the same confirm run finishes.
     assert sweeps_main(["resume", "cut-search", "--workdir", str(tmp_path)]) == 0

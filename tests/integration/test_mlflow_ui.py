@@ -120,3 +120,35 @@ def test_compare_view_shows_both_trials_parameters(chromium, mlflow_server, swee
     metrics = [client.get_run(i).data.metrics for i in ids]
     names = sorted(metrics[0])
     assert section == names + [f"{m[k]:g}" for k in names for m in metrics]
+
+
+@pytest.fixture(scope="module")
+def search(mlflow_server, tmp_path_factory):
+    """(experiment id, run name -> run id, the spec) of a search sweep in the server's store (tests/ui_pages.py)."""
+    from tests.ui_pages import search_spec, write_search
+
+    tmp = tmp_path_factory.mktemp("ui-search")
+    exp_id, runs = write_search(mlflow_server.url, tmp)
+    return exp_id, runs, search_spec(tmp)
+
+
+def test_a_search_link_shows_the_metric_and_the_sampled_parameters_best_first(chromium, mlflow_server, search):
+    """Issue 42: the printed link of a search opens on the spec's metric and the sampled parameters as columns,
+    the trials sorted by the metric, best first: nothing to tick by hand."""
+    exp_id, runs, spec = search
+    dom = render(chromium, ui_url(exp_id, mlflow_server.url, store=mlflow_server.url, spec=spec),
+                 window=WINDOWS["search"])
+    shown, rows = texts(dom), table(dom)
+    for column in ("val/pgd10", "method.beta", "method.tau", "test/best/pgd20"):
+        assert column in shown, f"no column {column}; the page's texts: {shown[:150]}"
+    client = MlflowClient(mlflow_server.url)
+    stored = {rid: client.get_run(rid).data for rid in runs.values()}
+    order = [rid for rid in rows if rid in stored]
+    values = [stored[rid].metrics["val/pgd10"] for rid in order]
+    assert len(order) == len(runs) and values == sorted(values, reverse=True)  # every trial, best first
+    for rid in order:  # each row holds its run's stored metric and sampled parameters
+        data = stored[rid]
+        assert rows[rid].get("metrics.`val/pgd10`") == f"{data.metrics['val/pgd10']:g}"
+        assert (rows[rid].get("params.`method.beta`"), rows[rid].get("params.`method.tau`")) == (
+            data.params["method.beta"], data.params["method.tau"])
+        assert {n for n, i in runs.items() if i == rid} <= set(rows[rid]["texts"])  # its one name

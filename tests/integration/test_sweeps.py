@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from sweeps.cli import main as sweeps_main
-from tests.integration.sweep_helpers import epoch_histories, history, trial_runs, write_spec
+from tests.integration.sweep_helpers import (check_study_mirrors_the_store, epoch_histories, history,
+                                            trial_runs, write_spec)
 
 pytestmark = pytest.mark.integration
 
@@ -87,17 +88,22 @@ def test_faults_are_survived_and_nothing_is_lost(ray_local, teacher_dir, tmp_pat
     assert [s for s, _ in history(uri, nan, "val/pgd10")] == [1]
 
 
-def test_search_then_confirm_reruns_exactly_the_top_k(ray_local, teacher_dir, tmp_path):
+def test_search_then_confirm_reruns_exactly_the_top_k(ray_local, teacher_dir, tmp_path, capfd):
+    """A search read as a user reads it: one name per trial in the console, MLflow and `status`; the study holds
+    every trial with its per-epoch values and MLflow run; the ranking and the confirmed means printed are the
+    store's."""
     search = {"num_samples": 4, "sampler_seed": 1,
               "space": {"method.beta": {"float": [0.0, 1.0]}, "method.tau": {"float": [0.5, 4.0]}},
               "confirm": {"top_k": 2, "seeds": [10, 11]}}
-    spec = write_spec(tmp_path / "s.yaml", "srch", epochs=1, seeds=[0], search=search,
+    spec = write_spec(tmp_path / "s.yaml", "srch", epochs=2, seeds=[0], search=search,
                       overrides={"attack.schedule": "const"})
     assert _run(["run", str(spec), "--workdir", str(tmp_path)]) == 0
+    out = capfd.readouterr().out
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     searched = trial_runs(uri, "srch", "search")
     confirmed = trial_runs(uri, "srch", "confirm")
     assert len(searched) == 4 and len(confirmed) == 4
+    check_search_said(out, tmp_path, uri, searched, confirmed)
 
     def sampled(r):
         return (r.data.params["method.beta"], r.data.params["method.tau"])
@@ -110,3 +116,28 @@ def test_search_then_confirm_reruns_exactly_the_top_k(ray_local, teacher_dir, tm
     assert sorted(r.data.tags["ssat.seed"] for r in confirmed) == ["10", "10", "11", "11"]
     assert all("test/best/clean" in r.data.metrics for r in confirmed)
     assert not any("test/best/clean" in r.data.metrics for r in searched)  # search trials: validation only
+
+
+def check_search_said(out: str, workdir: Path, uri: str, searched, confirmed) -> None:
+    from sweeps.driver import sweep_status
+    from sweeps.ranking import mean_std
+
+    names = [r.info.run_name for r in searched + confirmed]
+    assert len(set(names)) == 8 and all(f"] {n}: epoch 2" in out for n in names), out[-3000:]  # the console's
+    status = sweep_status("srch", workdir=workdir)
+    assert all(n in status for n in names)  # status lists them by the same name
+    check_study_mirrors_the_store(workdir, uri, "srch")
+    # the ranking printed: the store's search runs, best first by their last val/pgd10
+    head = out.index("[search] the top 4 of 4 trials by val/pgd10 (max, at their last epoch):")
+    printed = [ln.split(None, 2) for ln in out[head:].splitlines()[2:6]]
+    store = sorted(searched, key=lambda r: (-round(r.data.metrics["val/pgd10"], 6), r.info.run_name))
+    assert [(int(p[0]), float(p[1]), p[2].removesuffix("  -> confirmed")) for p in printed] == [
+        (i, round(r.data.metrics["val/pgd10"], 2), r.info.run_name) for i, r in enumerate(store, 1)]
+    # the confirmed means: each configuration's confirm runs in the store, over their two seeds
+    head = out.index("[confirm] 2 configuration(s), each over seeds 10, 11")
+    for line in out[head:].splitlines()[2:4]:
+        label = line.split("  top", 1)[1].split(" ", 1)[1].strip()
+        runs = [r for r in confirmed if r.data.tags["ssat.label"] == label]
+        m, s = mean_std([r.data.metrics["val/pgd10"] for r in runs])
+        assert len(runs) == 2 and line.split()[:3] == [f"{m:.2f}", "±", f"{s:.2f}"], line
+    assert "[winner] top" in out and "python -m analysis.tables --experiment srch --table search" in out

@@ -81,7 +81,7 @@ def test_confirm_never_ranks_a_partial_run():
         (0.1, {"epoch": 4, **FINAL, "val/pgd10": 30.0}),
         (0.2, {"epoch": 4, **FINAL, "val/pgd10": 50.0}),
         (0.3, {"epoch": 4, **FINAL, "val/pgd10": 40.0}),
-        (0.4, {"epoch": 4, **FINAL, "val/pgd10": 40.0}),  # same score, later: ties keep the first
+        (0.4, {"epoch": 4, **FINAL, "val/pgd10": 40.0}),  # same score: ties by name (beta=0.3 before beta=0.4)
     ]]
     partial = trial_outcome(_config(0.9), {"epoch": 2, "val/pgd10": 99.0}, None, True, "search")
     out = StageOutcome("search", 5, trials + [partial])

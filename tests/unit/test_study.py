@@ -82,6 +82,16 @@ def test_a_restored_searcher_goes_on_with_the_same_study_and_fails_a_trial_tune_
     assert trials["c"].state.name == "RUNNING"
 
 
+def test_a_result_that_only_reaches_the_end_hook_is_still_an_intermediate_value(tmp_path):
+    """Tune hands the result that a scheduler's STOP ends a trial with (ASHA at max_t) to on_trial_complete only."""
+    s = searcher(storage_url(tmp_path))
+    s.suggest("a")
+    s.on_trial_result("a", {"epoch": 1, "val/pgd10": 4.0})
+    s.on_trial_complete("a", {"epoch": 2, "val/pgd10": 6.0})
+    (t,) = s._ot_study.trials
+    assert (t.intermediate_values, t.value) == ({1: 4.0, 2: 6.0}, 6.0)
+
+
 def test_a_trial_without_a_value_ends_pruned_and_one_that_errored_fails(tmp_path):
     s = searcher(storage_url(tmp_path))
     s.suggest("early")
