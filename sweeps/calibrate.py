@@ -20,6 +20,7 @@ tiny models), its records marked "cpu": never a GPU figure.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -34,11 +35,13 @@ from pathlib import Path
 
 from ssat.config import Config, parse_overrides
 
-from .costs import RESULTS, ROOT, Measurements, calibration_dir, needed_figures, read_records
 from .errors import UsageError
 from .paths import sweep_paths
-from .spec import load_spec
 
+# sweeps.costs' ROOT and RESULTS, said again: `python -m sweeps --help` builds this module's parser, and sweeps.costs
+# imports torch (its cost model is imported where a calibration runs)
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 GIB = 2 ** 30
 COMPILE_GIB = 6  # GPU memory assumed for one compiling process, before any measured peak (a WRN-28-8 step's is ~5)
 MEMORY_USE = 0.8  # share of the GPU's memory a group of resident processes may take
@@ -69,6 +72,8 @@ KINDS = ("training", "teacher", "eval")
 def plan(specs, measured: Measurements | None = None, kinds=KINDS) -> list[Item]:
     """The figures of the specs of these kinds as work items (evaluation figures grouped per model and TF32); with
     `measured`, only the figures it lacks."""
+    from .costs import needed_figures
+
     need: dict[tuple, Config] = {}
     for spec in specs:
         for key, cfg in needed_figures(spec).items():
@@ -314,6 +319,8 @@ def summary(items: list[Item]) -> list[str]:
 
 
 def out_files(args, device: str) -> list[Path]:
+    from .costs import calibration_dir
+
     name = f"{slug(device)}-{datetime.date.today().isoformat()}-calibrate.json"
     folders = [Path(args.out) if args.out else calibration_dir()]
     if device != "cpu" and (ROOT / ".git").exists() and RESULTS.is_dir() and os.access(RESULTS, os.W_OK):
@@ -330,8 +337,13 @@ def device_name(device: str) -> str:
 
 # ---- the command ----------------------------------------------------------------------------------------------
 def add_parser(sub) -> None:
-    c = sub.add_parser("calibrate", help="measure on this GPU the figures the dry run needs for these specs")
-    c.add_argument("specs", nargs="+", metavar="SPEC")
+    what = "measure on this GPU the figures the dry run needs for these specs"
+    c = sub.add_parser("calibrate", help=what, description=what[0].upper() + what[1:] + ".",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="example:\n  python -m sweeps calibrate sweeps/specs/paper-table1-main.yaml "
+                              "--missing-only\n"
+                              "  python -m sweeps run sweeps/specs/paper-table1-main.yaml --dry-run --gpu H200")
+    c.add_argument("specs", nargs="+", metavar="SPEC", help="the sweep specs whose GPU figures to measure")
     c.add_argument("--budget", type=float, default=None, metavar="MINUTES",
                    help="stop after this many minutes, keeping what was measured (run again with --missing-only)")
     c.add_argument("--out", default=None, metavar="DIR", help="where the figures go (default: this user's "
@@ -345,7 +357,8 @@ def add_parser(sub) -> None:
     c.add_argument("--jobs", type=int, default=None,
                    help="processes at once (default: the CPU count, at most 16; fewer where GPU memory is short)")
     c.add_argument("--steps", type=int, default=40, help="steady training (teacher) steps timed per figure")
-    c.add_argument("--teacher-warmup", type=int, default=20)
+    c.add_argument("--teacher-warmup", type=int, default=20, metavar="N",
+                   help="FixMatch teacher steps run before its steps are timed (default 20)")
     c.add_argument("--eval-n", type=int, default=1000, help="images per evaluation figure")
     c.add_argument("--aa-n", type=int, default=250, help="images per AutoAttack attack figure")
     c.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -370,6 +383,9 @@ def check(args) -> None:
 
 
 def run_calibrate(args) -> int:
+    from .costs import Measurements, calibration_dir, read_records
+    from .spec import load_spec
+
     check(args)
     specs = [load_spec(s, sets=parse_overrides(args.set or [])) for s in args.specs]
     device = device_name(args.device)

@@ -6,7 +6,10 @@ x0.1 from 60, ...`), and the totals. `--verbose` adds every trial's full config 
 
 Without `--gpu` the cost is the paper's training figure (Table 8 per-epoch minutes, one GPU). With `--gpu NAME`
 it is the whole sweep on that GPU type, per stage, from sweeps/costs.py's model and that GPU's measurements; a
-figure not measured there is printed as "not measured on <GPU>" with the `calibrate` command that measures it.
+figure not measured there is printed as "not measured on <GPU>" with the `calibrate` command that measures it; a
+name no measurement has is refused (`gpu_choice`). The last line puts the measured total before the paper's figure.
+A spec of CPU trials (resources.gpu 0, or --cpu-only) gets its wall time on this machine instead, timed there and
+then (sweeps/wall_time.py; `--no-measure` skips it).
 `python -m sweeps.dryrun --table` writes docs/costs.md.
 """
 from __future__ import annotations
@@ -17,10 +20,12 @@ import math
 import sys
 from pathlib import Path
 
-from ssat.config import Config
+from ssat.config import Config, brief
 from ssat.schedules import schedule_table
 
-from .costs import ROOT, STAGES, Unit, estimate, measured_devices, read_records, units
+from . import wall_time as W
+from .costs import ROOT, STAGES, Unit, calibration_dir, estimate, measured_devices, read_records, resolve_gpu, units
+from .errors import UsageError
 from .spec import Spec, load_spec
 
 SPECS = ROOT / "sweeps" / "specs"
@@ -66,6 +71,20 @@ def total_text(est: dict) -> str:
     if not t["gpu_hours"]:
         return f"not measured on {est['gpu']} ({', '.join(missing)})"
     return f"at least {gh(t['gpu_hours'])} GPU-h (not measured on {est['gpu']}: {', '.join(missing)})"
+
+
+def gpu_choice(name: str, records: list[dict] | None = None) -> str:
+    """The measured GPU that `--gpu NAME` names (sweeps.costs.resolve_gpu: the name, or a part of one, any case); a
+    name that fits none or several is refused (UsageError: exit code 2) with the GPUs that have measurements."""
+    records = read_records(own=calibration_dir()) if records is None else records
+    device, hits = resolve_gpu(name, records)
+    if device is not None:
+        return device
+    known = ", ".join(measured_devices(records))
+    why = f"names several measured GPUs ({', '.join(hits)})" if hits else "no measured GPU has that name"
+    raise UsageError(f"--gpu {brief(name)}: {why}; allowed: one of {known} (or a part of one name, any case)"
+                     if known else f"--gpu {brief(name)}: {why}; none has measurements: measure yours with "
+                     "`python -m sweeps calibrate SPEC` on it")
 
 
 def _measured_line(est: dict) -> str:
@@ -139,10 +158,15 @@ def _unit_label(u: Unit) -> str:
     return f"{u.row} seed {u.seed}"
 
 
-def _unit_cost(row: dict, gpu: str | None) -> str:
+def _unit_cost(row: dict, gpu: str | None, cpu: bool) -> str:
+    """A trial's cost: the paper's GPU-hours (none for CPU trials without a figure), with `gpu` that GPU's per stage,
+    for CPU trials their seconds on this machine (`cpu_seconds`, measured now)."""
     h = row["paper_gpu_hours"]
-    cost = "GPU-hours n/a (no per-epoch figure for this dataset and model)" if h is None else \
-        f"GPU-hours {h:.2f} (paper)"
+    cost = ("CPU trial" if cpu else "GPU-hours n/a (no per-epoch figure for this dataset and model)") if h is None \
+        else f"GPU-hours {h:.2f} (paper)"
+    if cpu:
+        cost += " | " + (W.unit_text(row["cpu_seconds"]) if "cpu_seconds" in row else "this machine: not timed "
+                         "(--no-measure)")
     if "gpu_hours" in row:
         parts = (f"{SHORT[s]} {'not measured' if v is None else f'{v:.2f}' if v else '-'}"
                  for s, v in row["gpu_hours"].items())
@@ -176,21 +200,41 @@ def _totals(est: dict, spec_path: str) -> list[str]:
     return lines
 
 
+def _last_line(est: dict) -> str:
+    """The totals: the measured one first (on the GPU, or for CPU trials on this machine), then the paper's figure."""
+    p, n = est["paper_training"], est["paper_training"]["trials_without_figure"]
+    why = "whole-GPU trials at the paper's Table 8 per-epoch times, training only" + (
+        f"; {n} trial(s) without a figure" if n else "")
+    paper = f"; the paper's: {p['gpu_hours']:.1f} GPU-h ({why})"
+    if est["cpu_trials"]:
+        here = f"on this machine: {W.total_text(est['cpu'])} (measured now)" if est.get("cpu") else \
+            "wall time on this machine not measured (--no-measure)"
+        return f"total: {est['trials']} CPU trial(s); {here}{paper if p['gpu_hours'] else ''}; nothing was started"
+    if est.get("stages"):
+        return f"total: {est['trials']} trial(s); on {est['gpu']}: {total_text(est)}{paper}; nothing was started"
+    return f"total: {est['trials']} trial(s), estimated GPU-hours {p['gpu_hours']:.1f} ({why}); nothing was started"
+
+
 def dry_run(spec: Spec, out=print, *, verbose: bool = False, gpu: str | None = None, json_path: str | None = None,
-            records: list[dict] | None = None, spec_path: str = "SPEC") -> dict:
-    """Print the dry run; return `estimate`'s numbers (also written to json_path as JSON when given)."""
-    est = estimate(spec, gpu, records)
+            records: list[dict] | None = None, spec_path: str = "SPEC", measure: bool = False) -> dict:
+    """Print the dry run; return `estimate`'s numbers (also written to json_path as JSON when given). CPU trials
+    with `measure`: their wall time on this machine, timed now (sweeps.wall_time), under "cpu"."""
+    est = {**estimate(spec, gpu, records), "cpu_trials": W.cpu_trials(spec)}
     us = units(spec)
     n = est["trials"] if spec.grid else f"{us[0].count} search + {est['trials'] - us[0].count} confirm"
     out(f"sweep {spec.name}: preset {spec.preset}, stage {spec.stage}, {n} trial(s), resources per trial "
         f"{spec.resources}, max concurrent {spec.max_concurrent}")
+    if est["cpu_trials"] and measure:
+        est["cpu"] = W.wall_time(spec, W.measure(spec))
+        for row, secs in zip(est["units"], est["cpu"]["units"]):
+            row["cpu_seconds"] = secs
     if gpu:
         for line in _gpu_header(est, gpu):
             out(line)
     base = {k: v for k, v in spec.base_config().to_flat().items() if k != "seed"}
     schedules: dict[str, list[str]] = {}
     for u, row in zip(us, est["units"]):
-        out(f"- {_unit_label(u)}: {_differs(u.cfg, base)} | {_unit_cost(row, est['gpu'])}")
+        out(f"- {_unit_label(u)}: {_differs(u.cfg, base)} | {_unit_cost(row, est['gpu'], est['cpu_trials'])}")
         schedules.setdefault(schedule_lines(u.cfg), []).append(u.row)
         if verbose:
             out("  config " + json.dumps(u.cfg.to_flat(), sort_keys=True))
@@ -201,13 +245,10 @@ def dry_run(spec: Spec, out=print, *, verbose: bool = False, gpu: str | None = N
         out(f"  {text}  [{', '.join(sorted(set(users)))}]")
     if spec.search:
         out(f"search space {json.dumps(spec.search['space'])}; confirm {spec.search['confirm']}")
-    for line in _totals(est, spec_path) if est.get("stages") else [_measured_line(est)]:
+    lines = W.lines(spec, est["cpu"]) if est.get("cpu") else []
+    lines += _totals(est, spec_path) if est.get("stages") else [] if est["cpu_trials"] else [_measured_line(est)]
+    for line in lines + [_last_line(est)]:
         out(line)
-    p = est["paper_training"]
-    out(f"total: {est['trials']} trial(s), estimated GPU-hours {p['gpu_hours']:.1f} (whole-GPU trials at the "
-        "paper's Table 8 per-epoch times, training only"
-        + (f"; {p['trials_without_figure']} trial(s) without a figure" if p["trials_without_figure"] else "") + ")"
-        + (f"; on {est['gpu']}: {total_text(est)}" if est.get("stages") else "") + "; nothing was started")
     if json_path:
         Path(json_path).write_text(json.dumps(est, indent=1, sort_keys=True) + "\n")
     return est
@@ -306,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("spec", nargs="?", help="a sweep spec: its dry run (as `python -m sweeps run SPEC --dry-run`)")
     ap.add_argument("--gpu", default=None, metavar="NAME", help="estimate every stage on this measured GPU type")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the numbers as JSON")
+    ap.add_argument("--no-measure", action="store_true", help="CPU trials: do not time them on this machine")
     ap.add_argument("--table", action="store_true", help=f"write {COSTS_PAGE.relative_to(ROOT)}")
     ap.add_argument("--check", action="store_true", help="with --table: exit 1 if the page is out of date")
     args = ap.parse_args(argv)
@@ -321,9 +363,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.spec:
             ap.error("name a SPEC, or --table")
-        dry_run(load_spec(args.spec), gpu=args.gpu, json_path=args.json, spec_path=args.spec)
+        gpu = None if args.gpu is None else gpu_choice(args.gpu)
+        dry_run(load_spec(args.spec), gpu=gpu, json_path=args.json, spec_path=args.spec, measure=not args.no_measure)
         return 0
-    except (SpecError, ConfigError) as exc:
+    except (SpecError, ConfigError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -116,7 +116,7 @@ def training_config(job: dict, folder: Path):
             "n_labeled": sizes["n_labeled"], "n_val": sizes["n_val"], "n_unlabeled": sizes["n_unlabeled"],
             "labeled_idx_file": None, "pseudo_labels": None}
     return from_dict(d, {**{f"data.{k}": v for k, v in data.items()}, "eval.val_every": 10 ** 6,
-                         "optim.swa_start": None, "system.device": job["device"],
+                         "optim.swa_start": None, "optim.swa_bn": "recompute", "system.device": job["device"],
                          "system.compile_cache": job.get("compile_cache")})
 
 
@@ -347,6 +347,15 @@ def pgd_rate(t_lo: float, t_hi: float, lo: int, hi: int, n: int) -> tuple[float,
 
 
 JOBS = {"training": TrainingJob, "teacher": TeacherJob, "eval": EvalJob}
+
+
+def run_here(job: dict) -> list[dict]:
+    """One job built, warmed up and timed in this process, without main's protocol and process: the dry run's
+    figures of CPU trials (sweeps.wall_time)."""
+    with tempfile.TemporaryDirectory(prefix="ssat-measure-") as tmp:
+        work = JOBS[job["kind"]](job, Path(tmp))
+        work.warm_up()
+        return work.measure()
 
 
 def main(argv: list[str] | None = None) -> int:

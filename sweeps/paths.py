@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import difflib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,3 +60,53 @@ def sweep_paths(workdir: str | Path, name: str) -> Paths:
                          f"'_' or '-' (it must stay inside {root})")
     return p
 
+
+
+def list_sweeps(workdir: str | Path) -> list[dict]:
+    """The sweeps of a working folder, by name: each folder of runs/sweeps/ with its sweep.json's status, created and
+    spec; "never started" where the folder has no sweep.json (the run stopped before its state was written)."""
+    root = Path(workdir).resolve() / "runs" / "sweeps"
+    out = []
+    for folder in sorted(p for p in root.glob("*") if p.is_dir()):
+        try:
+            state = json.loads((folder / "sweep.json").read_text())
+        except FileNotFoundError:
+            state = {"status": "never started"}
+        except (OSError, ValueError) as exc:
+            state = {"status": f"unreadable sweep.json ({type(exc).__name__})"}
+        state = state if isinstance(state, dict) else {"status": "unreadable sweep.json (not an object)"}
+        out.append({"name": folder.name, "status": str(state.get("status", "?")),
+                    "created": str(state.get("created") or "-"), "spec": str(state.get("spec_path") or "-")})
+    return out
+
+
+def sweeps_table(workdir: str | Path) -> str:
+    """`python -m sweeps status` without a name: the sweeps of the working folder, one line each."""
+    root, found = Path(workdir).resolve() / "runs" / "sweeps", list_sweeps(workdir)
+    if not found:
+        return f"no sweeps in {root}; start one with `python -m sweeps run SPEC --workdir {workdir}`"
+    rows = [("name", "status", "created", "spec")] + [(s["name"], s["status"], s["created"], s["spec"]) for s in found]
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, width)) + "  " + r[3] for r in rows]
+    return "\n".join([f"{len(found)} sweep(s) in {root}:", *lines,
+                      "(`python -m sweeps status NAME` for one sweep's stages, driver and trials)"])
+
+
+def missing_sweep(p: Paths) -> str:
+    """Why a sweep has no state (SweepState.load): a folder without sweep.json is a run that stopped before writing
+    it (or is writing it now); else no such sweep, with the nearest names and the list."""
+    from .driver_lock import inspect
+
+    if p.sweep_dir.is_dir():
+        lock, verdict = inspect(p.sweep_dir)
+        if lock is not None and verdict.live:
+            return (f"sweep {p.name} is starting (driver pid {lock.pid}: `{lock.command}`) and has not written its "
+                    "state yet; try again in a moment")
+        again = lock.command if lock is not None else f"python -m sweeps run SPEC --name {p.name} --workdir {p.workdir}"
+        return (f"sweep {p.name} never started (stopped before its state was written: no sweep.json in "
+                f"{p.sweep_dir}); run it again with `{again}`")
+    root, names = p.workdir / "runs" / "sweeps", [s["name"] for s in list_sweeps(p.workdir)]
+    near = difflib.get_close_matches(p.name, names, n=3, cutoff=0.6)
+    shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    return (f"no sweep named {brief(p.name)} in {root}" + (f"; nearest: {', '.join(near)}" if near else "")
+            + (f"; all: {shown}" if names else "; it has none (`python -m sweeps run SPEC` starts one)"))

@@ -10,7 +10,8 @@ from ssat.config import from_dict
 from ssat.presets import preset
 from sweeps.costs import (TRIAL_STAGES, Measurements, engine_mode, estimate, final_images, read_records,
                           validation_epochs)
-from sweeps.dryrun import COSTS_PAGE, costs_page, describe, dry_run, schedule_lines
+from sweeps.dryrun import COSTS_PAGE, costs_page, describe, dry_run, gpu_choice, schedule_lines
+from sweeps.errors import UsageError
 from sweeps.spec import load_spec, parse_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "sweeps" / "specs"
@@ -46,6 +47,10 @@ def test_table1_dry_run_is_short_and_complete():
     assert len(schedules) == len(set(schedules)) == 7  # each distinct schedule once
     assert lines[-2].startswith("measurements in benchmarks/results/: NVIDIA H100 80GB HBM3 (training); NVIDIA H200")
     assert lines[-1].startswith("total: 45 trial(s), estimated GPU-hours 382.6") and "nothing was started" in lines[-1]
+    gpu = []
+    dry_run(load_spec(SPECS / "paper-table1-main.yaml"), out=gpu.append, gpu="NVIDIA H200", records=read_records())
+    assert gpu[-1] == ("total: 45 trial(s); on NVIDIA H200: 208.3 GPU-h; the paper's: 382.6 GPU-h (whole-GPU trials at "
+                       "the paper's Table 8 per-epoch times, training only); nothing was started")  # measured first
     verbose = []
     dry_run(load_spec(SPECS / "paper-table1-main.yaml"), out=verbose.append, verbose=True)
     assert sum(ln.startswith("  config ") for ln in verbose) == 45
@@ -166,6 +171,7 @@ def fake_results(folder: Path) -> list[dict]:
     return read_records(folder)
 
 
+PAPER = "the paper's: 1.0 GPU-h (whole-GPU trials at the paper's Table 8 per-epoch times, training only)"
 TINY = {"optim.swa_start": 5, "eval.val_every": 1, "eval.test_n": 1000, "eval.pgd_steps": [10],
         "eval.checkpoints": ["best", "last"], "eval.autoattack_checkpoints": ["best"], "eval.autoattack_n": 500,
         "teacher.steps": 36_000, "system.precision": "bf16", "system.graph_mode": "on", "system.compile": "default"}
@@ -210,7 +216,8 @@ def test_every_stage_by_hand(tmp_path):
     assert "40.00" not in text and "1.00 s/1000" not in text  # the records that do not fit the model
     assert f"SWA        0.014 GPU-h, 2 trial(s) ({GPU}, wrn-28-5 swa-bn: 0.25 s/1000 images, 1 run: t1000.log)" in text
     assert f"teachers   1.00 GPU-h, 1 teacher(s) ({GPU}, FixMatch teacher wrn-28-5 bf16: 10.0 steps/s" in text
-    assert lines[-1].endswith(f"; on {GPU}: 1.02 GPU-h; nothing was started")
+    # the measured total first, then the paper's figure (it came first before)
+    assert lines[-1] == (f"total: 2 trial(s); on {GPU}: 1.02 GPU-h; {PAPER}; nothing was started")
     # a whole GPU per trial: no packing; the same figures
     whole = estimate(tiny_spec(resources={"cpu": 1, "gpu": 1}), "t1000", records)
     assert hours(whole) == {"teachers": 3600.0, "training": 20.0, "validation": 40.0, "SWA": 122.5,
@@ -240,15 +247,15 @@ def test_an_unmeasured_figure_is_never_borrowed_from_another_gpu(tmp_path):
             "(2 trial(s))") in text
     assert f"no packing record of 4 and 1 wrn-28-5 trials on {h100}: assumed no gain" in text
     assert "0.50 s/1000" not in text and "t1000.log" not in text  # nothing of the other GPU
-    assert lines[-1].endswith(f"on {h100}: at least 0.017 GPU-h (not measured on {h100}: teachers, validation, "
-                              "SWA, evaluation); nothing was started")
+    assert lines[-1] == (f"total: 2 trial(s); on {h100}: at least 0.017 GPU-h (not measured on {h100}: teachers, "
+                         f"validation, SWA, evaluation); {PAPER}; nothing was started")
     assert f"not measured on {h100}: FixMatch teacher steps/s (wrn-28-5 bf16)" in text
     # a GPU type with no measurement at all: every figure "not measured on" it
     none = []
     est = dry_run(tiny_spec(), out=none.append, gpu="A100", records=records)
     assert all(st["not_measured"] == st["of"] for st in est["stages"].values())
-    assert none[-1].endswith("on A100: not measured on A100 (teachers, training, validation, SWA, evaluation); "
-                             "nothing was started")
+    assert none[-1] == ("total: 2 trial(s); on A100: not measured on A100 (teachers, training, validation, SWA, "
+                        f"evaluation); {PAPER}; nothing was started")
     # a name that fits several measured GPUs is refused, not guessed
     amb = []
     dry_run(tiny_spec(), out=amb.append, gpu="NVIDIA", records=records)
@@ -279,6 +286,41 @@ def test_a_search_counts_search_trials_without_and_confirm_trials_with_final_eva
                and ln.endswith("eval - per trial") for ln in lines)
     assert "search trials counted at full length: at most" in "\n".join(lines)
     assert json.loads((tmp_path / "est.json").read_text())["stages"]["evaluation"]["of"] == 4
+
+
+def test_gpu_names_are_checked_against_the_measured_ones(tmp_path):
+    records = fake_results(tmp_path)
+    assert gpu_choice("t1000", records) == gpu_choice("NVIDIA T1000 TEST", records) == GPU
+    assert gpu_choice("h100", records) == "NVIDIA H100 80GB HBM3"
+    known = f"NVIDIA H100 80GB HBM3, {GPU}"
+    with pytest.raises(UsageError) as err:
+        gpu_choice("foo", records)
+    assert str(err.value) == (f"--gpu 'foo': no measured GPU has that name; allowed: one of {known} (or a part of "
+                              "one name, any case)")
+    with pytest.raises(UsageError) as err:
+        gpu_choice("NVIDIA", records)
+    assert str(err.value).startswith(f"--gpu 'NVIDIA': names several measured GPUs ({known}); allowed: one of ")
+    cpu_only = [{**r, "_device": "cpu"} for r in records]  # a CPU's figures are no GPU's
+    with pytest.raises(UsageError) as err:
+        gpu_choice("t1000", cpu_only)
+    assert str(err.value) == ("--gpu 't1000': no measured GPU has that name; none has measurements: measure yours "
+                              "with `python -m sweeps calibrate SPEC` on it")
+    own = tmp_path / "own"
+    own.mkdir()
+    write(own, "mine.json", [{"device": "My GPU"}, {"bench": "teacher", "teacher_model": "wrn-28-5",
+                                                    "precision": "bf16", "steps_per_s": 3.0, "compile": "off"}])
+    with pytest.MonkeyPatch.context() as mp:  # without records: the repository's and this user's calibrations
+        mp.setenv("SSAT_CALIBRATION_DIR", str(own))
+        assert gpu_choice("my gpu") == "My GPU" and gpu_choice("h200") == "NVIDIA H200"
+
+
+def test_the_dryrun_command_refuses_an_unknown_gpu(capsys):
+    from sweeps.dryrun import main
+
+    assert main([str(SPECS / "mnist5k-demo.yaml"), "--gpu", "nosuchgpu", "--no-measure"]) == 2
+    assert capsys.readouterr().err.startswith("error: --gpu 'nosuchgpu': no measured GPU has that name; allowed: ")
+    assert main([str(SPECS / "mnist5k-demo.yaml"), "--no-measure"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("total: 14 CPU trial(s); wall time on this machine not")
 
 
 def test_cpu_trials_cost_no_gpu_hours(tmp_path):
