@@ -10,11 +10,15 @@ $(STAMP): pyproject.toml lock/requirements.lock
 	$(BIN)/python -m pip install -q -c lock/requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
-.PHONY: venv demo test test-unit test-integration test-slow bench lock mutation
+.PHONY: venv demo paper test test-unit test-integration test-slow bench lock mutation
 venv: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m sweeps demo
+
+# Every table and figure of the paper in miniature on MNIST-5k (about an hour on 2 cores): outputs/paper/index.md
+paper: $(STAMP)
+	$(BIN)/python -m sweeps paper
 
 test: $(STAMP)
 	$(BIN)/python -m tests.tiers

@@ -224,12 +224,32 @@ def _mlflow_record(run, experiment: str) -> dict:
     return rec
 
 
+# What a reference run (`ssat.reuses`: a trial a sweep took from another sweep's finished run, sweeps.reuse) says of
+# itself; everything else (its parameters, metrics, protocol records, history) is read from the run it names.
+REFERENCE_IDENTITY = ("experiment", "run_name", "parent_run_id", "meta.kind", "meta.key", "meta.sweep", "meta.stage",
+                      "meta.table", "meta.row", "meta.column_group", "meta.expected_seeds", "meta.label",
+                      "meta.status")
+
+
+def followed(client, rec: dict) -> dict:
+    """A reference run's record as the run it reuses, under the reference's identity (its sweep, row, table), with
+    `meta.reused_by` = the reference's run id; any other record as it is. The run id is the trained run's: a
+    table's provenance and curves point at it."""
+    original_id = rec.get("meta.reuses")
+    if not original_id:
+        return rec
+    original = _mlflow_record(client.get_run(original_id), rec["experiment"])
+    return {**original, **{k: rec[k] for k in REFERENCE_IDENTITY if k in rec}, "meta.reused_by": rec["run_id"],
+            "meta.reuses": original_id}
+
+
 def load_mlflow_runs(experiments: Iterable[str], tracking_uri: str | None = None) -> pd.DataFrame:
-    """Every run of the named experiments (sweep parent, teachers, trials) as the ``runs`` frame."""
+    """Every run of the named experiments (sweep parent, teachers, trials) as the ``runs`` frame; a reference run
+    (a reused trial) as the run it reuses (`followed`)."""
     client = _client(tracking_uri)
     records = []
     for name in experiments:
-        records += [_mlflow_record(r, name) for r in _search_all(client, _experiment_id(client, name))]
+        records += [followed(client, _mlflow_record(r, name)) for r in _search_all(client, _experiment_id(client, name))]
     return runs_frame(records)
 
 

@@ -1,4 +1,4 @@
-"""python -m sweeps run|resume|status|stop|sync|demo|calibrate - see `python -m sweeps --help`.
+"""python -m sweeps run|resume|status|stop|sync|demo|paper|calibrate - see `python -m sweeps --help`.
 
 Building the parser imports nothing heavy (no torch, mlflow or Ray): `--help` answers at once, and each command
 imports what it needs when it runs.
@@ -21,6 +21,8 @@ EXAMPLES = {
     "stop": "python -m sweeps stop mnist5k-demo      # as Ctrl+C in its driver; resume it later",
     "sync": "python -m sweeps sync mnist5k-demo --timeout 60",
     "demo": "python -m sweeps demo --epochs 10 --rows 'linear|on' 'const|off'",
+    "paper": "python -m sweeps paper                       # every table and figure (make paper)\n"
+             "python -m sweeps paper --only table2 fig4     # some of them",
 }
 HELP = {"resume": "finish an interrupted sweep", "status": "list the sweeps, or one sweep's stages and trials",
         "stop": "interrupt a running sweep (it can be resumed)",
@@ -39,7 +41,7 @@ def _run_args(args):
     return RunArgs(epochs=args.epochs, seeds=args.seeds, sets=parse_overrides(args.set or []), cpu_only=args.cpu_only,
                    max_concurrent=args.max_concurrent, data_root=args.data_root, address=args.address,
                    max_failures=args.max_failures, name=args.name, rows=args.rows, gpu_share=args.gpu_share,
-                   samples=args.samples, top_k=args.top_k, optuna_storage=args.optuna_storage)
+                   samples=args.samples, top_k=args.top_k, optuna_storage=args.optuna_storage, reuse=args.reuse)
 
 
 def cmd_run(args) -> int:
@@ -97,6 +99,12 @@ def cmd_demo(args) -> int:
     return run_demo(args)
 
 
+def cmd_paper(args) -> int:
+    from .paper import run_paper
+
+    return run_paper(args)
+
+
 def cmd_calibrate(args) -> int:
     from .calibrate import run_calibrate
 
@@ -104,7 +112,7 @@ def cmd_calibrate(args) -> int:
 
 
 COMMANDS = {"run": cmd_run, "resume": cmd_resume, "status": cmd_status, "stop": cmd_stop, "sync": cmd_sync,
-            "demo": cmd_demo, "calibrate": cmd_calibrate}
+            "demo": cmd_demo, "paper": cmd_paper, "calibrate": cmd_calibrate}
 
 
 def check_args(args) -> None:
@@ -118,7 +126,7 @@ def check_args(args) -> None:
         where = "is a file" if first == w else f"is below {first}, which is a file"
         raise UsageError(f"{flag} {args.workdir}: {where}, not a folder; give the folder that holds (or will "
                          "hold) runs/, mlflow.db and mlartifacts/")
-    writes = args.cmd in ("run", "resume", "sync", "demo", "calibrate") and not getattr(args, "dry_run", False)
+    writes = args.cmd in ("run", "resume", "sync", "demo", "paper", "calibrate") and not getattr(args, "dry_run", False)
     if writes and first.exists() and not os.access(first, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {args.workdir}: {first} is not writable by this user")
     failures = getattr(args, "max_failures", None)
@@ -168,6 +176,9 @@ def _run_parser(sub) -> None:
     r.add_argument("--max-failures", type=int, default=2, metavar="N",
                    help="retries of a crashed trial from its checkpoint (default 2; 0: none; -1: retry forever, "
                         "as in Ray Tune)")
+    r.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=False,
+                   help="a grid or confirm trial with a whole FINISHED run (same config hash and seed) anywhere in "
+                        "the store references it instead of training again (default: --no-reuse)")
     r.add_argument("--samples", type=int, default=None, metavar="N",
                    help="a search's number of sampled trials (its search.num_samples)")
     r.add_argument("--top-k", type=int, default=None, metavar="K",
@@ -222,6 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
     _trial_options(d)
     d.add_argument("--max-concurrent", type=int, default=None, metavar="N",
                    help="trials at once (default: 2 on a CPU; on a GPU as many as fit, 8 per GPU)")
+    pp = _sub(sub, "paper", "every table and figure of the paper in miniature on MNIST-5k, from real tracked runs")
+    pp.add_argument("--only", nargs="+", default=None, metavar="PART",
+                    help="only these parts: table1 table2 table3 table4 table5 tables6-7 fig4 fig5 (default: all)")
+    pp.add_argument("--specs", default=None, metavar="DIR",
+                    help="read the parts' spec files (the names of sweeps/specs) from DIR instead: your own set")
+    pp.add_argument("--autoattack-images", type=int, default=100, metavar="N",
+                    help="AutoAttack on the first N test images of each trial (default 100; tagged firstN)")
+    pp.add_argument("--autoattack-seeds", type=int, nargs="+", default=[0, 1], metavar="SEED",
+                    help="the seeds whose trials AutoAttack evaluates (default 0 1)")
     add_calibrate(sub)
     for p in sub.choices.values():
         p.add_argument("--workdir", default=os.environ.get("SSAT_STORAGE_PATH", "."), metavar="DIR",
@@ -237,6 +257,9 @@ def _user_error(exc: BaseException) -> bool:
 def main(argv=None) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # explicit: CLI clients fail on a token cluster otherwise; a cluster may set token
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Tune's "... took 1.5 s, which may be a performance bottleneck" on a loaded machine: the progress lines say
+    # how fast epochs go; its warnings of a driver stalled for half a minute still show
+    os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "30")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.command = "python -m sweeps " + shlex.join(argv)  # what driver.lock says drives the sweep

@@ -39,6 +39,7 @@ from .provenance import code_version
 from .resources import check_gpu, init_ray
 from .run_records import sweep_key, sweep_record
 from .ranking import confirm_summary, search_ranking
+from .reuse import to_train
 from .spec import NAME_RE, Spec, parse_spec, read_yaml
 from .study import check_new_study, dashboard_command, redacted, storage_url
 from .sweep_log import diverted
@@ -68,6 +69,7 @@ class RunArgs:
     samples: int | None = None  # --samples: a search's num_samples
     top_k: int | None = None  # --top-k: a search's confirm.top_k
     optuna_storage: str | None = None  # --optuna-storage: an RDB URL for the search's study (default: the sweep folder)
+    reuse: bool = False  # --reuse: a trial with a finished run in the store references it (sweeps.reuse)
 
     def spec_options(self) -> dict:
         """The options that shape the spec (sweeps.spec.parse_spec's keywords), those given only."""
@@ -92,6 +94,7 @@ class SweepState:
     created: str = ""
     confirm_configs: list[dict] | None = None
     study_url: str | None = None       # a search's Optuna study (sweeps.study), named after the sweep
+    reused: dict[str, dict] = field(default_factory=dict)  # stage -> trial key -> the run it reuses (sweeps.reuse)
 
     def spec(self) -> Spec:
         return parse_spec(self.source, self.spec_path, **self.args.spec_options())
@@ -418,6 +421,12 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     parent_run_id = tracker.find_run(sweep_key(spec.name))
     trials = None if stage == "search" else (
         spec.trials() if stage == "grid" else spec.confirm_trials(state.confirm_configs))
+    if trials is not None and state.args.reuse:
+        trials = to_train(stage, spec, trials, state, tracker, meta, parent_run_id, log)
+        state.save(paths)
+        if not trials:
+            log(f"[stage] {stage}: every trial reused, nothing to train")
+            return _stage_done(stage, paths, state)
     expected = spec.search["num_samples"] if stage == "search" else len(trials)
     if stage == "search":
         log(f"[search] Optuna study {spec.name} in {state.study_url}; follow it live: "
@@ -461,6 +470,10 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     if stage == "confirm":
         for line in confirm_summary(out, spec):
             log(line)
+    return _stage_done(stage, paths, state)
+
+
+def _stage_done(stage: str, paths: Paths, state: SweepState) -> None:
     state.phases[stage] = "done"
     state.save(paths)
     return None

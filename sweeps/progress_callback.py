@@ -3,6 +3,7 @@ instead of Ray's full status tables; during a trial's final evaluation (PGD on t
 progress lines from the trial's log."""
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from pathlib import Path
@@ -20,6 +21,23 @@ def duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class OuterJob:
+    """A larger job this driver's sweep is part of (`make paper`): its name and the trial-epochs it still has after
+    this sweep, so a progress line's time left covers them too, at the rate this sweep measures."""
+
+    name: str | None = None
+    later_epochs: int = 0
+
+
+@contextlib.contextmanager
+def outer_job(name: str, later_epochs: int):
+    OuterJob.name, OuterJob.later_epochs = name, later_epochs
+    try:
+        yield
+    finally:
+        OuterJob.name, OuterJob.later_epochs = None, 0
 
 
 # Lines of a trial log that say where its final evaluation is (ssat.train.Trainer.final_evaluation, ssat.evaluate).
@@ -87,7 +105,10 @@ class ProgressCallback(Callback):
         left = self.total_epochs - sum(self.epoch.values())
         if ran <= 0 or left <= 0:
             return ""
-        return f", about {duration(left * (time.perf_counter() - self.t0) / ran)} left"
+        rate = (time.perf_counter() - self.t0) / ran  # seconds of wall time per trial-epoch, at this concurrency
+        outer = (f" ({OuterJob.name}: about {duration((left + OuterJob.later_epochs) * rate)})"
+                 if OuterJob.name else "")
+        return f", about {duration(left * rate)} left{outer}"
 
     def _name(self, trial) -> str:
         """The trial's one name, as its MLflow run and `status` say it (a trial id alone tells a person nothing)."""

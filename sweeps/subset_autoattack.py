@@ -1,0 +1,96 @@
+"""AutoAttack after a sweep's trials, on the first N test images of chosen runs' best checkpoints, written into those
+runs as their own final evaluation would have logged it (protocol subset `first<N>`: never a paper cell).
+
+The runs are read through the tracking store (MlflowClient), a reference run (a reused trial, sweeps.reuse) as
+the run it names, and each checkpoint comes from the run's artifacts with its SHA-256 checked before it is loaded.
+A run that has the result already is skipped (first write wins), so a rerun adds nothing and a stage cut by Ctrl+C
+goes on where it stopped.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ssat.config import Config, from_dict
+
+from .progress_callback import duration
+from .tracking import Tracker
+
+
+@dataclass(frozen=True)
+class Target:
+    """One run to attack: where it lives (its experiment = its sweep, its key), what it trained, which seed."""
+    run_id: str
+    sweep: str
+    key: str
+    name: str
+    seed: int
+    step: int  # its last epoch: the step its final metrics are logged at
+
+
+def targets(client, experiment: str, seeds: tuple[int, ...]) -> list[Target]:
+    """The FINISHED trial runs of `experiment` with one of `seeds` (a reference run as the run it reuses), each once,
+    those still without `test/best/autoattack`."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    out = []
+    for r in client.search_runs([exp.experiment_id], "tags.`ssat.kind` = 'trial' and attributes.status = 'FINISHED'",
+                                max_results=5000):
+        original = client.get_run(r.data.tags["ssat.reuses"]) if "ssat.reuses" in r.data.tags else r
+        tags, metrics = original.data.tags, original.data.metrics
+        seed = int(tags.get("ssat.seed", -1))
+        if seed in seeds and "test/best/autoattack" not in metrics and "time/epochs" in metrics:
+            out.append(Target(original.info.run_id, tags.get("ssat.sweep", experiment), tags["ssat.key"],
+                              original.info.run_name, seed, int(metrics["time/epochs"])))
+    return out
+
+
+def _config(client, run_id: str, images: int, tmp: str) -> Config:
+    """The run's resolved config (its config.json artifact) with AutoAttack on its first `images` test images."""
+    import json
+
+    import mlflow.artifacts
+
+    path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="config.json", dst_path=tmp,
+                                               tracking_uri=client.tracking_uri)
+    return from_dict(json.loads(Path(path).read_text()), {"eval.autoattack_n": images})
+
+
+def attack(client, target: Target, images: int, log=print) -> tuple[dict, dict]:
+    """AutoAttack on the target's best checkpoint (downloaded, checksum verified), first `images` test images."""
+    import mlflow.artifacts
+
+    from .evaluation import _autoattack
+
+    with tempfile.TemporaryDirectory(prefix="ssat-aa-") as tmp:
+        cfg = _config(client, target.run_id, images, tmp)
+        ckpt = Path(mlflow.artifacts.download_artifacts(run_id=target.run_id, artifact_path="checkpoints",
+                                                        dst_path=tmp, tracking_uri=client.tracking_uri)) / "best.pt"
+        return _autoattack(ckpt, "best", cfg, log=log)
+
+
+def run_autoattack(uri: str, experiments: list[str], seeds: tuple[int, ...], images: int, workdir: Path,
+                   log=print) -> int:
+    """AutoAttack on every target of `experiments` (each run once, whichever experiment reaches it); the number of
+    runs attacked. Progress with the time left after each."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    todo = list({t.run_id: t for e in experiments for t in targets(client, e, seeds)}.values())
+    log(f"[autoattack] {len(todo)} run(s) without AutoAttack: seeds {', '.join(map(str, seeds))}, best checkpoint, "
+        f"the first {images} test images")
+    t0 = time.perf_counter()
+    for i, t in enumerate(todo, 1):
+        metrics, tags = attack(client, t, images, log=lambda s, t=t: log(f"  {t.name}: {s.strip()}"))
+        tracker = Tracker(uri, t.sweep, artifact_root=workdir / "mlartifacts", log=log)
+        tracker.log_final(t.key, metrics, tags, t.step)
+        if not tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60"))):
+            raise RuntimeError(f"the AutoAttack result of {t.name} could not be written to {uri}")
+        spent = time.perf_counter() - t0
+        left = f", about {duration(spent / i * (len(todo) - i))} left" if i < len(todo) else ""
+        log(f"[autoattack] {t.name}: {metrics['test/best/autoattack']:.2f}% ({i}/{len(todo)}{left})")
+    return len(todo)

@@ -1,0 +1,127 @@
+"""sweeps/reuse.py on a real SQLite MLflow store: a trial takes a whole FINISHED run of the same config hash and
+seed from another sweep; a damaged or partly recorded one is passed over, saying why; the reference run it
+becomes is read by analysis as the run it names."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from analysis.collect import load_mlflow_runs
+from sweeps.reuse import Reuse, code_differs, find, reference, summary, why_not
+from sweeps.tracking import Tracker
+
+CODE = {"git_commit": "abc", "git_dirty": False, "lock_sha256": "l0"}
+
+
+def record(key: str, h: str = "h1", seed: int = 0, name: str = "a s0") -> SimpleNamespace:
+    return SimpleNamespace(key=key, name=name, params={"optim.epochs": 3, "method.beta": 0.4},
+                           tags={"ssat.kind": "trial", "ssat.key": key, "ssat.config_hash": h, "ssat.seed": seed,
+                                 "ssat.sweep": key.split("-")[0], "ssat.row": "a", "ssat.table": "ablation",
+                                 "ssat.stage": "grid"})
+
+
+def trained(client, tmp: Path, sweep: str, h: str = "h1", seed: int = 0, epochs_logged: int = 3, status="FINISHED",
+            damage: str | None = None, code=CODE, tests=("clean", "pgd20")) -> str:
+    """A trial run as a sweep leaves it: params, per-epoch loss, test metrics with protocol records, checkpoints."""
+    exp = client.get_experiment_by_name(sweep) or client.get_experiment(client.create_experiment(sweep))
+    tags = {"ssat.kind": "trial", "ssat.key": f"{sweep}-{h}-s{seed}-grid", "ssat.config_hash": h, "ssat.seed": str(seed),
+            "ssat.sweep": sweep, "ssat.status": status, **{f"repro.{k}": str(v) for k, v in code.items()}}
+    run = client.create_run(exp.experiment_id, run_name=f"a s{seed}", tags=tags)
+    rid = run.info.run_id
+    client.log_param(rid, "optim.epochs", 3)
+    for e in range(1, epochs_logged + 1):
+        client.log_metric(rid, "train/loss", 2.0 - e / 10, step=e)
+    client.log_metric(rid, "time/epochs", epochs_logged, step=epochs_logged)
+    for t in tests:
+        client.log_metric(rid, f"test/best/{t}", 50.0, step=3)
+        if damage != "protocol":
+            client.set_tag(rid, f"protocol/best/{t}", json.dumps({"attack": t}))
+    ck = tmp / f"{rid}"
+    ck.mkdir()
+    (ck / "best.pt").write_bytes(b"weights")
+    digest = hashlib.sha256(b"weights" if damage != "checksum" else b"other").hexdigest()
+    (ck / "best.pt.sha256").write_text(f"{digest}  best.pt\n")
+    if damage != "no checkpoint":
+        client.log_artifacts(rid, str(ck), "checkpoints")
+    client.set_terminated(rid, "FINISHED")
+    return rid
+
+
+@pytest.fixture
+def store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return uri, MlflowClient(uri)
+
+
+def test_a_whole_run_is_reusable_and_each_kind_of_damage_is_named(store, tmp_path):
+    uri, client = store
+    assert why_not(client, client.get_run(trained(client, tmp_path, "a"))) is None
+    cases = {"its status is 'STOPPED_EARLY: asha'": dict(status="STOPPED_EARLY: asha"),
+             "it recorded 2 of 3 epochs": dict(epochs_logged=2),
+             "it has no test metric": dict(tests=()),
+             "a test metric lacks its protocol record": dict(damage="protocol"),
+             "its best checkpoint is not among its artifacts": dict(damage="no checkpoint"),
+             "its best checkpoint fails its checksum": dict(damage="checksum")}
+    for why, kw in cases.items():
+        assert why_not(client, client.get_run(trained(client, tmp_path, "b", **kw))) == why, why
+
+
+def test_a_run_missing_an_epochs_loss_is_partly_recorded(store, tmp_path):
+    """It says all its epochs ran (time/epochs), but an epoch's metrics never reached the store."""
+    uri, client = store
+    rid = trained(client, tmp_path, "a", epochs_logged=2)
+    client.log_metric(rid, "time/epochs", 3, step=3)
+    assert why_not(client, client.get_run(rid)) == "its training loss is logged at 2 of 3 epochs"
+
+
+def test_find_takes_the_whole_run_of_another_sweep_and_says_why_it_passes_one_over(store, tmp_path):
+    uri, client = store
+    good = trained(client, tmp_path, "old", code={**CODE, "git_commit": "def"})
+    trained(client, tmp_path, "other", damage="checksum")
+    trained(client, tmp_path, "old", h="h2")  # another configuration
+    said = []
+    mine = Tracker(uri, "new", log=lambda s: None).experiment_id
+    found = find([("new-h1-s0-grid", record("new-h1-s0-grid")), ("new-h3-s0-grid", record("new-h3-s0-grid", "h3"))],
+                 client, mine, CODE, said.append)
+    assert found == {"new-h1-s0-grid": Reuse(good, "old", ["the git commit"])}
+    assert any("not reusing run" in s and "of other for a s0: its best checkpoint fails its checksum" in s
+               for s in said)
+    assert summary(found, 2) == "[reuse] 1 of 2 trials reused: 1 from old (the git commit differs for 1)"
+
+
+def test_the_sweeps_own_runs_and_references_are_never_candidates(store, tmp_path):
+    uri, client = store
+    tracker = Tracker(uri, "new", log=lambda s: None)
+    trained(client, tmp_path, "new")  # this sweep's own run of that config
+    assert find([("k", record("k"))], client, tracker.experiment_id, CODE, lambda s: None) == {}
+
+
+def test_code_differences_are_named():
+    run = SimpleNamespace(data=SimpleNamespace(tags={"repro.git_commit": "abc", "repro.git_dirty": "True",
+                                                     "repro.lock_sha256": "l0"}))
+    assert code_differs(run, CODE) == ["uncommitted changes"]
+
+
+def test_a_reference_run_reads_in_analysis_as_the_run_it_reuses(store, tmp_path):
+    uri, client = store
+    original = trained(client, tmp_path, "old")
+    tracker = Tracker(uri, "new", log=lambda s: None)
+    tracker.ensure_run("new-sweep", {"ssat.kind": "sweep"}, {}, name="new")
+    tracker.drain()
+    rec = record("new-h1-s0-grid", name="b s0")
+    rec.tags["ssat.row"] = "b"
+    reference(tracker, rec, Reuse(original, "old", []), tracker.find_run("new-sweep"), client)
+    assert tracker.flush(timeout=10)
+    ref = client.get_run(tracker.find_run("new-h1-s0-grid"))
+    assert (ref.data.tags["ssat.reuses"], ref.data.tags["ssat.reused_from"], ref.info.status) == (original, "old",
+                                                                                                   "FINISHED")
+    assert ref.data.metrics["test/best/pgd20"] == 50.0 and "protocol/best/pgd20" in ref.data.tags  # for the UI
+    runs = load_mlflow_runs(["new"], uri)
+    trial = runs[runs["meta.kind"] == "trial"].iloc[0]
+    assert (trial["run_id"], trial["meta.reused_by"], trial["meta.row"], trial["run_name"], trial["experiment"]) == (
+        original, ref.info.run_id, "b", "b s0", "new")  # the trained run, under the new sweep's identity
