@@ -3,6 +3,7 @@
 Pipeline (each step one function, each testable on a hand-built frame):
     select_runs  -> the table's runs with their row and column group
     run_values   -> one protocol-checked value per (run, column), plus what was left out and why
+    rank_rows    -> (the search table) rows best first by a column's mean; the best row is the baseline
     summarize    -> per cell: mean, sample std (ddof=1), n, expected seeds, run ids
     mark         -> emphasis (bold / underline), missing-seed mark, Welch's t-test against the baseline
 `build` chains them into a `TableResult` that `analysis.render` prints and `analysis.tables` writes.
@@ -10,7 +11,8 @@ Pipeline (each step one function, each testable on a hand-built frame):
 Rules, stated once:
 * A table reads finished ``trial`` runs (and ``teacher`` runs for FixMatch) whose ``ssat.table`` tag
   names it (training-time reads the ``main`` runs); ``any_tag`` widens this to every run whose params fit
-  the table. Stage ``search`` (short ASHA runs) is left out unless ``stages`` names it.
+  the table. Stage ``search`` (short ASHA runs) is left out unless ``stages`` names it. The search table
+  reads its stages' trials (``TableSpec.stages``: confirm and search) whatever their tag.
 * One run gives a cell one value; two runs of the same configuration and seed: the later one counts.
 * Ranking compares means rounded as printed; ties share the emphasis. Unranked rows are never emphasised.
 * Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``) of a row against its block's baseline row;
@@ -21,20 +23,17 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from . import paper, protocol
-from .table_specs import TableSpec, dataset_of, is_standard, is_teacher, param, value
+from .table_specs import TableError, TableSpec, dataset_of, is_standard, is_teacher, param, value
+from .table_specs import seed_of as _seed
 
 MARKS = {"missing": "†", "not_significant": "‡", "subset": "§"}
-
-
-class TableError(ValueError):
-    """A table that cannot be built from the runs given (with what was found instead)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,8 @@ class Options:
     alpha: float = 0.05
     compare_paper: bool = False
     setup: str = ""   # appended to the caption: the choices of a run sized for its machine (the demo's)
+    metric: str | None = None   # what the search table ranks by (None: val/pgd10; table_specs.get_spec)
+    mode: str | None = None     # and which of its values is best: 'max' or 'min' (None: max)
 
     def protocol(self) -> protocol.Protocol:
         return protocol.Protocol(checkpoint=self.checkpoint, precision=self.precision,
@@ -77,6 +78,9 @@ def _stage_ok(run: dict, opts: Options) -> bool:
 
 def _reads(run: dict, spec: TableSpec, opts: Options) -> bool:
     kind = value(run, "meta.kind") or "trial"
+    if spec.stages:  # the search table: its stages' trials, whatever their table tag
+        stage = value(run, "meta.stage")
+        return kind == "trial" and stage in spec.stages and (opts.stages is None or stage in opts.stages)
     if kind not in ("trial", "teacher") or not _stage_ok(run, opts):
         return False
     return opts.any_tag or value(run, "meta.table") == (spec.reads_tag or spec.name)
@@ -84,17 +88,15 @@ def _reads(run: dict, spec: TableSpec, opts: Options) -> bool:
 
 def select_runs(runs: pd.DataFrame, spec: TableSpec, opts: Options) -> pd.DataFrame:
     """The table's runs (any status) with columns ``row`` and ``group`` added."""
-    records = []
-    for run in runs.to_dict("records"):
-        if not _reads(run, spec, opts):
-            continue
+    records = [run for run in runs.to_dict("records") if _reads(run, spec, opts)]
+    kept = []
+    for run in spec.prepare(records) if spec.prepare else records:
         # standard training (lambda 0) is no method's cell: the table's standard row, or left out
         row = spec.standard_row if is_standard(run) else spec.row_of(run)
         group = None if row is None else spec.group_of(run)  # (a group may need labels the row did not)
         if group is not None:
-            records.append({**run, "row": row, "group": group})
-    sel = pd.DataFrame.from_records(records, columns=list(runs.columns) + ["row", "group"])
-    return _attach_teachers(sel)
+            kept.append({**run, "row": row, "group": group})
+    return _attach_teachers(pd.DataFrame.from_records(kept))  # (none kept: no columns, and no table)
 
 
 def _attach_teachers(sel: pd.DataFrame) -> pd.DataFrame:
@@ -114,10 +116,11 @@ def _attach_teachers(sel: pd.DataFrame) -> pd.DataFrame:
 
 
 def _no_runs_message(runs: pd.DataFrame, spec: TableSpec, opts: Options) -> str:
-    tags = sorted({str(t) for t in runs.get("meta.table", pd.Series(dtype=object)).dropna()})
-    how = "" if opts.any_tag else (f" tagged ssat.table={spec.reads_tag or spec.name} (tags seen: "
-                                   f"{', '.join(tags) or 'none'}; --any-tag keys rows on the params of every run)")
-    stages = "every stage but 'search'" if opts.stages is None else ", ".join(opts.stages)
+    tags = sorted({str(t) for t in runs["meta.table"].dropna()} if "meta.table" in runs else ())
+    how = "" if opts.any_tag or spec.stages else (
+        f" tagged ssat.table={spec.reads_tag or spec.name} (tags seen: {', '.join(tags) or 'none'}; --any-tag keys "
+        "rows on the params of every run)")
+    stages = ", ".join(opts.stages) if opts.stages is not None else ", ".join(spec.stages) or "every stage but 'search'"
     return (f"table {spec.name!r}: none of the {len(runs)} runs is a finished run of this table{how}, "
             f"stages: {stages}")
 
@@ -147,9 +150,20 @@ def _time_value(run: dict, col, opts: Options) -> tuple[float | None, str | None
     return v[col.key], reason, None
 
 
-def _seed(run: dict):
-    s = value(run, "meta.seed")
-    return s if s is not None else param(run, "seed")
+def _val_value(run: dict, col, opts: Options) -> tuple[float | None, str | None, str | None]:
+    """The last value the run reported of a metric (a validation metric: no test protocol to check)."""
+    key = col.metric or col.key
+    v = value(run, f"metric.{key}")
+    return (None, f"no {key} metric", None) if v is None else (float(v), None, None)
+
+
+def _seed_value(run: dict, col, opts: Options) -> tuple[float | None, str | None, str | None]:
+    """A 'seeds' column counts the runs of a cell: each gives its seed."""
+    s = _seed(run)
+    return (None, "no seed", None) if s is None else (float(s), None, None)
+
+
+READERS = {"acc": _acc_value, "time": _time_value, "val": _val_value, "seeds": _seed_value}
 
 
 def run_values(sel: pd.DataFrame, spec: TableSpec, opts: Options) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -159,10 +173,12 @@ def run_values(sel: pd.DataFrame, spec: TableSpec, opts: Options) -> tuple[pd.Da
         where = {"run_id": run["run_id"], "group": run["group"], "row": run["row"]}
         status = value(run, "meta.status")
         for col in spec.columns:
+            if col.stage is not None and col.stage != value(run, "meta.stage"):
+                continue  # another stage's column: nothing left out
             if status != "FINISHED":
                 dropped.append({**where, "column": col.key, "reason": f"status {status}"})
                 continue
-            v, reason, subset = (_time_value if col.kind == "time" else _acc_value)(run, col, opts)
+            v, reason, subset = READERS[col.kind](run, col, opts)
             if v is None or reason:
                 dropped.append({**where, "column": col.key, "reason": reason})
                 continue
@@ -215,6 +231,18 @@ def layout(spec: TableSpec, sel: pd.DataFrame) -> tuple[list[str], list[tuple], 
     return groups, blocks, baselines
 
 
+def rank_rows(spec: TableSpec, values: pd.DataFrame, blocks, baselines) -> tuple[list[tuple], list]:
+    """With ``spec.order_by``: the rows in one block, best first by that column's mean (ties, and after them the rows
+    without one, in their order); the best row is the baseline the others are tested against."""
+    if spec.order_by is None:
+        return blocks, baselines
+    col = next(c for c in spec.columns if c.key == spec.order_by)
+    means = values[values["column"] == col.key].groupby("row")["value"].mean()
+    rows = [r for b in blocks for r in b]
+    ranked = sorted((r for r in rows if r in means), key=means.get, reverse=col.best == "max")
+    return [tuple(ranked + [r for r in rows if r not in means])], [ranked[0] if ranked else None]
+
+
 # ---- statistics ------------------------------------------------------------------------------
 def summarize(values: pd.DataFrame, spec: TableSpec, groups, blocks, opts: Options) -> pd.DataFrame:
     """Every displayed cell: mean, std (ddof=1), n, expected seeds, and the runs behind it."""
@@ -233,9 +261,10 @@ def _cell(vals: pd.DataFrame, spec: TableSpec, group: str, block: int, row: str,
     vals = vals.sort_values("seed", kind="stable")
     data = [float(x) for x in vals["value"]]
     n = len(data)
+    seeds = col.kind == "seeds"  # its values are the seeds: it shows how many
     cell = {"group": group, "block": block, "row": row, "column": col.key, "n": n,
-            "mean": float(np.mean(data)) if n else math.nan,
-            "std": float(np.std(data, ddof=1)) if n >= 2 else math.nan,
+            "mean": float(n if seeds else np.mean(data)) if n else math.nan,
+            "std": float(np.std(data, ddof=1)) if n >= 2 and not seeds else math.nan,
             "expected_seeds": _expected(vals, spec) if n else math.nan,
             "values": data, "run_ids": list(vals["run_id"]),
             "seeds": [None if pd.isna(s) else int(s) for s in vals["seed"]],
@@ -274,18 +303,18 @@ def mark(cells: pd.DataFrame, spec: TableSpec, blocks, baselines, opts: Options)
     cells["not_significant"] = False
     columns = {c.key: c for c in spec.columns}
     for (_, b, col), part in cells.groupby(["group", "block", "column"], sort=False):
-        _rank(cells, part, spec, columns[col].decimals)
+        _rank(cells, part, spec, columns[col])
         if columns[col].tested:
             _test(cells, part, spec, baselines[b], opts.alpha)
     return cells
 
 
-def _rank(cells: pd.DataFrame, part: pd.DataFrame, spec: TableSpec, decimals: int) -> None:
-    if spec.emphasis == "none":
+def _rank(cells: pd.DataFrame, part: pd.DataFrame, spec: TableSpec, col) -> None:
+    if spec.emphasis == "none" or not col.best:
         return
     ranked = part[(part["n"] > 0) & ~part["row"].isin(spec.unranked)]
-    shown = ranked["mean"].round(decimals)
-    levels = sorted(set(shown), reverse=True)
+    shown = ranked["mean"].round(col.decimals)
+    levels = sorted(set(shown), reverse=col.best == "max")
     if levels:
         cells.loc[shown.index[shown == levels[0]], "bold"] = True
     if spec.emphasis == "bold+underline" and len(levels) > 1:
@@ -326,8 +355,9 @@ def _protocol_note(spec: TableSpec, opts: Options) -> str:
     if all(c.kind == "time" for c in spec.columns):
         return (f"Cells: mean over seeds (sample standard deviation, ddof=1) of runs trained in {p.precision} "
                 f"and tagged for the {spec.reads_tag or spec.name} table.")
-    return (f"Cells: mean over seeds (sample standard deviation, ddof=1). Protocol: checkpoint {p.checkpoint} "
-            f"(FixMatch: teacher), {p.precision}, eps 8/255 (MNIST: 0.3), L-inf, PGD step eps/10, "
+    which, teacher = ("Test protocol", "") if spec.stages else ("Protocol", " (FixMatch: teacher)")
+    return (f"Cells: mean over seeds (sample standard deviation, ddof=1). {which}: checkpoint {p.checkpoint}"
+            f"{teacher}, {p.precision}, eps 8/255 (MNIST: 0.3), L-inf, PGD step eps/10, "
             f"{p.restarts} restart, full test set{' (or a labelled subset)' if p.allow_subset else ''}.")
 
 
@@ -336,8 +366,8 @@ def _notes(spec: TableSpec, cells: pd.DataFrame, values: pd.DataFrame, opts: Opt
     if cells["missing_seeds"].any():
         notes.append(f"{MARKS['missing']} fewer seeds than the sweep asked for.")
     if cells["not_significant"].any():
-        notes.append(f"{MARKS['not_significant']} difference to the baseline row not significant (Welch's "
-                     f"t-test, p >= {opts.alpha:g}, or fewer than two seeds).")
+        notes.append(f"{MARKS['not_significant']} difference to the {'best' if spec.order_by else 'baseline'} row "
+                     f"not significant (Welch's t-test, p >= {opts.alpha:g}, or fewer than two seeds).")
     if cells["subset"].any():
         names = ", ".join(sorted(set(values["subset"].dropna())))
         notes.append(f"{MARKS['subset']} includes results on a test subset ({names}): not the paper's protocol.")
@@ -374,8 +404,18 @@ def _paper_notes(spec: TableSpec, sel: pd.DataFrame) -> list[str]:
 
 
 # ---- all together ----------------------------------------------------------------------------
+def _caption(spec: TableSpec, values: pd.DataFrame) -> TableSpec:
+    """A caption's ``{seeds}``: the seeds of the ranking column's runs (' 10, 11')."""
+    if "{seeds}" not in spec.caption:
+        return spec
+    seeds = sorted({int(s) for s in values.loc[values["column"] == spec.order_by, "seed"].dropna()})
+    return replace(spec, caption=spec.caption.replace("{seeds}", f" {', '.join(map(str, seeds))}" if seeds else ""))
+
+
 def build(runs: pd.DataFrame, spec: TableSpec, opts: Options = Options()) -> TableResult:
     """The whole table: cells with statistics and marks, what was left out, and the notes."""
+    unpublished = opts.compare_paper and not spec.paper
+    opts = replace(opts, compare_paper=False) if unpublished else opts
     sel = select_runs(runs, spec, opts)
     values, excluded = run_values(sel, spec, opts)
     if values.empty:
@@ -383,10 +423,13 @@ def build(runs: pd.DataFrame, spec: TableSpec, opts: Options = Options()) -> Tab
         extra = "; left out: " + "; ".join(f"{n} x {r}" for r, n in reasons.items()) if len(reasons) else ""
         raise TableError(_no_runs_message(runs, spec, opts) + extra)
     groups, blocks, baselines = layout(spec, sel[sel["run_id"].isin(values["run_id"])])
+    blocks, baselines = rank_rows(spec, values, blocks, baselines)
     cells = mark(summarize(values, spec, groups, blocks, opts), spec, blocks, baselines, opts)
     columns, dropped_notes = _drop_empty_columns(spec, cells, excluded, opts)
     cells = cells[cells["column"].isin([c.key for c in columns])].reset_index(drop=True)
     notes = _notes(spec, cells, values, opts) + _detail_note(spec, sel, values) + dropped_notes
     if opts.compare_paper:
         notes += _paper_notes(spec, sel)
-    return TableResult(spec, opts, groups, blocks, columns, cells, excluded, notes)
+    if unpublished:
+        notes.append(f"The paper has no table '{spec.name}': nothing to compare.")
+    return TableResult(_caption(spec, values), opts, groups, blocks, columns, cells, excluded, notes)

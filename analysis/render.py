@@ -109,7 +109,8 @@ def _grid(result: TableResult, group: str) -> list[list[list[Text]]]:
 def _title(result: TableResult) -> str:
     spec = result.spec
     setup = f". {result.options.setup}" if result.options.setup else ""
-    return f"{spec.caption} (ours; {spec.paper} of the paper, table '{spec.name}'){setup}"
+    where = f"{spec.paper} of the paper, " if spec.paper else ""
+    return f"{spec.caption} (ours; {where}table '{spec.name}'){setup}"
 
 
 # ---- Markdown --------------------------------------------------------------------------------

@@ -23,6 +23,10 @@ Which runs a table reads is decided by the ``ssat.table`` tag (the sweep spec's 
 `analysis.cells.select_runs`), and by the population each ``row_of`` accepts (e.g. the ablation is
 ``method.name == ssat-mbi``). Parameters are read under today's names (``analysis.collect`` renames those of
 older runs).
+
+The ``search`` table (`search_spec`) is none of the paper's: a search sweep's confirmed configurations, rows labelled
+by ``ssat.label`` and ordered by the confirm stage's mean of a metric (``TableSpec.order_by``); it reads its stages'
+trials whatever their tag (``TableSpec.stages``), prepared by `search_runs`.
 """
 from __future__ import annotations
 
@@ -37,13 +41,17 @@ from .legacy import LEGACY_METHOD_LABELS, LEGACY_SCHEDULE_LABELS
 
 @dataclass(frozen=True)
 class Column:
-    """One metric column: ``key`` names the metric (test/<ckpt>/<key>) or a timing quantity."""
+    """One column: ``key`` names the metric (test/<ckpt>/<key>), a timing quantity, or (kind 'val') the metric."""
 
     key: str
     label: str
-    kind: str = "acc"       # 'acc': a protocol-checked test accuracy; 'time': from time/* metrics
+    kind: str = "acc"       # 'acc': a protocol-checked test accuracy; 'time': from time/* metrics; 'val': the last
+                            # value of metric <metric or key> (no test protocol); 'seeds': a cell's number of seeds
     decimals: int = 2
     tested: bool = True     # Welch's test against the baseline row (not for a fixed setting like epochs)
+    best: str = "max"       # which mean is emphasised: 'max', 'min', or '' (never)
+    stage: str | None = None  # only runs of this stage fill it (None: every run the table reads)
+    metric: str = ""        # what a 'val' column reads when not its key (two columns of one metric)
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,9 @@ class TableSpec:
     detail_of: Callable[[Mapping], str | None] | None = None  # what a row label stands for in a run
     paper_detail: str = ""                       # what the paper's row labels stand for
     standard_row: str | None = None              # the row of standard-training runs (is_standard); None: left out
+    stages: tuple[str, ...] = ()                 # read these stages whatever the runs' table tag (the search table)
+    prepare: Callable[[list[dict]], list[dict]] | None = None  # the runs it reads -> as it reads them
+    order_by: str | None = None                  # rows best first by this column's mean; the best row is the baseline
 
 
 # ---- reading a run record --------------------------------------------------------------------
@@ -106,6 +117,16 @@ def dataset_group(run: Mapping) -> str | None:
 
 def _num(x) -> str:
     return f"{float(x):g}"
+
+
+def seed_of(run: Mapping):
+    """The run's seed: the ``ssat.seed`` tag, else the ``seed`` param."""
+    s = value(run, "meta.seed")
+    return s if s is not None else param(run, "seed")
+
+
+class TableError(ValueError):
+    """A table that cannot be built from the runs given (with what was found instead)."""
 
 
 # ---- labels: from the run record, else the frozen map of runs recorded before issue 27 -------------------
@@ -277,6 +298,95 @@ def ablation_cells(row: str) -> tuple[str, str]:
     return ("✗" if glo == "none" else glo), ("✓" if interp == "int" else "✗")
 
 
+# ---- the search table: a search sweep's configurations, ranked by its confirm stage --------------------------
+SEARCH_METRIC = "val/pgd10"
+SEARCH_STAGES = ("confirm", "search")
+
+
+def _short(v) -> str:
+    """A sampled value as a label shows it (sweeps' trial names): on/off, floats to 2 significant digits."""
+    if pd.api.types.is_bool(v):
+        return "on" if v else "off"
+    return f"{v:.2g}" if pd.api.types.is_float(v) else str(v)
+
+
+def _sampled_text(run: Mapping) -> str:
+    """An old store's sampled values (``param.sampled.<key>``): text as itself, any other value by its key's last
+    part (``linear t=3 rho0=0.12``)."""
+    parts = []
+    for col in sorted(k for k in run if k.startswith("param.sampled.")):
+        v = value(run, col)
+        if v is not None:
+            parts.append(v if isinstance(v, str) else f"{col.split('.')[-1]}={_short(v)}")
+    return " ".join(parts)
+
+
+def _count(v) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _old_label(family: list[dict], key: str) -> str:
+    """The label of a configuration recorded before ``ssat.label``, from its runs (`family`: its search and confirm
+    runs): the confirm row (``confirm-1``, its search rank) and the values its search trial sampled, else `key`."""
+    rows = sorted({str(value(r, "meta.row")) for r in family
+                   if value(r, "meta.stage") == "confirm" and value(r, "meta.row") is not None})
+    sampled = [t for t in map(_sampled_text, family) if t]
+    return " ".join(rows[:1] + sampled[:1]) or f"#{key}"
+
+
+def search_runs(runs: list[dict]) -> list[dict]:
+    """The search table's runs: one sweep's confirm trials and the search trials of the configurations they confirm
+    (same ``ssat.config_hash``), each with its label (``ssat.label``, else `_old_label`) and the seeds its cells
+    expect: a confirm run the number of confirm seeds among the sweep's confirm runs (their ssat.expected_seeds tag
+    counts the search's seeds), a search trial one."""
+    sweeps = sorted({str(value(r, "meta.sweep")) for r in runs if value(r, "meta.sweep") is not None})
+    if len(sweeps) > 1:
+        raise TableError(f"table 'search' ranks the configurations of one sweep; these runs are of {len(sweeps)} "
+                         f"({', '.join(sweeps)}): read one sweep's experiment")
+    confirm = [r for r in runs if value(r, "meta.stage") == "confirm"]
+    confirmed = {value(r, "meta.config_hash") for r in confirm} - {None}
+    kept = confirm + [r for r in runs if value(r, "meta.stage") != "confirm"
+                      and value(r, "meta.config_hash") in confirmed]
+    families: dict = {}
+    for r in kept:
+        families.setdefault(value(r, "meta.config_hash") or r["run_id"], []).append(r)
+    seeds = {seed_of(r) for r in confirm} - {None}
+    out = []
+    for key, family in families.items():
+        label = _old_label(family, key)
+        for r in family:
+            confirms = value(r, "meta.stage") == "confirm"
+            expected = max(len(seeds), _count(value(r, "meta.expected_seeds"))) if confirms else 1
+            out.append({**r, "meta.expected_seeds": expected, "meta.label": value(r, "meta.label") or label})
+    return out
+
+
+def search_row(run: Mapping) -> str | None:
+    """The search table's row: the configuration's label, the same for its search and confirm runs."""
+    label = value(run, "meta.label")
+    return None if label is None else str(label)
+
+
+def search_spec(metric: str = SEARCH_METRIC, mode: str = "max") -> TableSpec:
+    """The search table, ranking by `metric` (`mode`: 'max' or 'min', which value is best)."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode {mode!r}; allowed: 'max' or 'min'")
+    cols = (Column(metric, metric, "val", best=mode, stage="confirm"),
+            Column("clean", "Test clean", stage="confirm"), Column("pgd20", "Test PGD-20", stage="confirm"),
+            Column("seeds", "Seeds", "seeds", 0, tested=False, best="", stage="confirm"),
+            Column(f"search/{metric}", f"Search {metric}", "val", tested=False, best=mode, stage="search",
+                   metric=metric))
+    caption = (f"The search's confirmed configurations, best first by the confirm stage's mean {metric} "
+               f"({'highest' if mode == 'max' else 'lowest'} first; the last value each confirm run reported, over "
+               f"its seeds{{seeds}}), with the confirm runs' test accuracies; Search {metric}: the search trial of "
+               "the same configuration, one seed at the search's budget")
+    return TableSpec("search", "", caption, cols, search_row, label_headers=("Configuration",),
+                     default_seeds=1, stages=SEARCH_STAGES, prepare=search_runs, order_by=metric)
+
+
 # ---- the specs -------------------------------------------------------------------------------
 ACC5 = (Column("clean", "Clean"), Column("pgd10", "PGD-10"), Column("pgd20", "PGD-20"),
         Column("pgd40", "PGD-40"), Column("autoattack", "AutoAttack"))
@@ -318,12 +428,19 @@ SPECS: dict[str, TableSpec] = {s.name: s for s in (
     TableSpec("training-time", "Table 5", "Average training time of the main-table runs (fp32 training)", TIME,
               method_row, blocks=(("UAT++", "RST", "SSAT-MBI"), ("SRST-AWR", "SSAT-MBI-AWR")),
               baselines=("RST", "SRST-AWR"), emphasis="none", reads_tag="main"),
+    search_spec(),
 )}
 
 
-def get_spec(name: str) -> TableSpec:
-    """The spec of a table; an unknown name lists the valid ones."""
+def get_spec(name: str, metric: str | None = None, mode: str | None = None) -> TableSpec:
+    """The spec of a table; an unknown name lists the valid ones. `metric` and `mode` (None: val/pgd10, max) are
+    what the search table ranks by; no other table takes them."""
     try:
-        return SPECS[name]
+        spec = SPECS[name]
     except KeyError:
         raise ValueError(f"unknown table {name!r}; valid tables: {', '.join(SPECS)}") from None
+    if metric is None and mode is None:
+        return spec
+    if spec.order_by is None:
+        raise ValueError(f"table {name!r} ranks by no metric: a metric and mode are for the search table")
+    return search_spec(metric or SEARCH_METRIC, mode or "max")

@@ -2,11 +2,13 @@
 
     python -m analysis.tables --experiment NAME [--experiment OTHER ...] --table T
         [--format md|latex|csv] [--out FILE] [--compare-paper] [--allow-subset] [--checkpoint best|last]
-        [--any-tag] [--stage S ...] [--ray-results DIR ...] [--tracking-uri URI]
+        [--any-tag] [--stage S ...] [--metric M] [--mode max|min] [--ray-results DIR ...] [--tracking-uri URI]
 
 T is one of main, ablation, schedules, awr-ablation, supervised, beta-sensitivity, rho-sensitivity,
-training-time (`analysis.table_specs`). With ``--out FILE`` the provenance (options, protocol, run ids, seeds
-and values of every cell, every result left out and why) goes to ``FILE``'s stem + ``.provenance.json``.
+training-time (`analysis.table_specs`), or search: a search sweep's confirmed configurations, best first by the
+confirm stage's mean of ``--metric`` (default val/pgd10, ``--mode`` max). With ``--out FILE`` the provenance
+(options, protocol, run ids, seeds and values of every cell, every result left out and why) goes to ``FILE``'s
+stem + ``.provenance.json``.
 
 From Python: ``render_table(df_runs, "ablation", "md")``, or ``write_table(df_runs, "ablation", folder)``
 for the md, LaTeX, csv and provenance files at once.
@@ -44,7 +46,8 @@ def _options(**options) -> Options:
 
 def build_table(df_runs: pd.DataFrame, table: str, **options) -> TableResult:
     """Cells, marks and notes of `table` from a runs frame (`analysis.collect`); see `cells.Options`."""
-    return build(df_runs, get_spec(table), _options(**options))
+    opts = _options(**options)
+    return build(df_runs, get_spec(table, opts.metric, opts.mode), opts)
 
 
 def render_table(df_runs: pd.DataFrame, table: str, fmt: str = "md", **options) -> str:
@@ -119,6 +122,10 @@ def parser() -> argparse.ArgumentParser:
                    help="only these stages (repeatable; default: every stage but search)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Welch mark")
     p.add_argument("--setup", default="", help="a sentence added to the caption (what a small run chose)")
+    p.add_argument("--metric", help="the search table: the metric it ranks by, the sweep spec's metric "
+                                    "(default val/pgd10)")
+    p.add_argument("--mode", choices=("max", "min"), help="the search table: which value of --metric is best "
+                                                          "(default max)")
     return p
 
 
@@ -128,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = collect.load_runs(args.experiment, args.ray_results, args.tracking_uri)
         result = build_table(runs, args.table, checkpoint=args.checkpoint, allow_subset=args.allow_subset,
                              stages=args.stage, any_tag=args.any_tag, alpha=args.alpha,
-                             compare_paper=args.compare_paper, setup=args.setup)
+                             compare_paper=args.compare_paper, setup=args.setup, metric=args.metric,
+                             mode=args.mode)
     except (ValueError, LookupError) as e:  # TableError, SourceError
         print(f"error: {e}", file=sys.stderr)
         return 2
