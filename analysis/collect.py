@@ -37,7 +37,8 @@ FINAL_PREFIXES = ("test/", "time/")
 _MISSING_TEXT = {"None", "none", "null", "NaN", "nan", ""}
 _INT_TEXT = re.compile(r"^-?\d+$")
 # Tags that are display text, never typed: a schedule's short label is "none", a label may read "1.0".
-TEXT_TAGS = frozenset({"meta.method_label", "meta.schedule_label", "meta.schedule_title", "meta.schedule_row"})
+TEXT_TAGS = frozenset({"meta.method_label", "meta.schedule_label", "meta.schedule_title", "meta.schedule_row",
+                       "meta.label", "meta.sampled"})
 
 class SourceError(LookupError):
     """An experiment or results folder that cannot be read, with what exists instead."""

@@ -56,10 +56,31 @@ def cmd_run(args) -> int:
     if args.dry_run:
         from .dryrun import dry_run
 
-        dry_run(load_run_spec(args.spec, run), verbose=args.verbose, gpu=gpu, json_path=args.json,
-                spec_path=args.spec, measure=not args.no_measure)
+        spec = load_run_spec(args.spec, run)
+        dry_run(spec, verbose=args.verbose, gpu=gpu, json_path=args.json, spec_path=args.spec,
+                measure=not args.no_measure, reused=_would_reuse(spec, args) if args.reuse else None)
         return 0
     return run_sweep(args.spec, run, workdir=args.workdir, tracking_uri=args.tracking_uri, command=args.command)
+
+
+def _would_reuse(spec, args) -> dict:
+    """(row, seed) -> sweep of the grid trials `run --reuse` would take from the store's finished runs (its local
+    store not there yet: none)."""
+    from mlflow.tracking import MlflowClient
+
+    from .provenance import code_version
+    from .reuse import find, records
+    from .tracking import resolve_uri, sqlite_path
+
+    uri = resolve_uri(args.tracking_uri, args.workdir)
+    if not spec.grid or (sqlite_path(uri) is not None and not sqlite_path(uri).exists()):
+        return {}
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(spec.name)
+    trials = spec.trials()
+    recs = records(spec, trials, {})
+    found = find(recs, client, exp.experiment_id if exp else None, code_version(), log=lambda s: None)
+    return {(t.row, t.seed): found[key].sweep for t, (key, _) in zip(trials, recs) if key in found}
 
 
 def cmd_resume(args) -> int:

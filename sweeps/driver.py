@@ -406,7 +406,9 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
     base = state.tracking_uri if state.tracking_uri.startswith("http") else "http://127.0.0.1:5000"
     log(f"its trials in MLflow's UI: {ui_url(tracker.experiment_id, base, store=state.tracking_uri, spec=spec)}")
     if spec.search:
-        log(f"the search table: python -m analysis.tables --experiment {spec.name} --table search "
+        rank = "" if (spec.metric[0], spec.mode[0]) == ("val/pgd10", "max") else \
+            f" --metric {spec.metric[0]} --mode {spec.mode[0]}"
+        log(f"the search table: python -m analysis.tables --experiment {spec.name} --table search{rank} "
             f"--tracking-uri {state.tracking_uri}")
         log(f"the study (every trial, its curve, the importances): {dashboard_command(state.study_url)}")
     return 0

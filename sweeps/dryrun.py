@@ -215,10 +215,33 @@ def _last_line(est: dict) -> str:
     return f"total: {est['trials']} trial(s), estimated GPU-hours {p['gpu_hours']:.1f} ({why}); nothing was started"
 
 
+def reuse_text(est: dict, reused: dict) -> str:
+    """`reused`: (row, seed) -> the sweep whose finished run a trial would reference (run --reuse, sweeps.reuse).
+    What that saves: the trials' paper GPU-hours, their GPU-hours on --gpu, their seconds on this machine."""
+    rows = [r for r in est["units"] if (r["row"], r["seed"]) in reused]
+    saved = {"trials": len(rows), "paper_gpu_hours": sum(r["paper_gpu_hours"] or 0 for r in rows),
+             "gpu_hours": sum(v or 0 for r in rows for v in r.get("gpu_hours", {}).values()),
+             "cpu_seconds": sum(r.get("cpu_seconds") or 0 for r in rows)}
+    est["reuse"] = saved
+    by: dict[str, int] = {}
+    for sweep in reused.values():
+        by[sweep] = by.get(sweep, 0) + 1
+    parts = [f"{gh(saved['paper_gpu_hours'])} GPU-h of the paper's"] if saved["paper_gpu_hours"] else []
+    if est.get("gpu"):
+        parts.append(f"{gh(saved['gpu_hours'])} GPU-h on {est['gpu']}")
+    if saved["cpu_seconds"]:
+        parts.append(f"{saved['cpu_seconds'] / 60:.1f} trial-minutes here")
+    return (f"reuse: {len(rows)} of {est['trials']} trials have a finished run in the store ("
+            + ", ".join(f"{n} from {s}" for s, n in sorted(by.items())) + ") and would not train"
+            + (f": saves {', '.join(parts)}" if parts else ""))
+
+
 def dry_run(spec: Spec, out=print, *, verbose: bool = False, gpu: str | None = None, json_path: str | None = None,
-            records: list[dict] | None = None, spec_path: str = "SPEC", measure: bool = False) -> dict:
+            records: list[dict] | None = None, spec_path: str = "SPEC", measure: bool = False,
+            reused: dict | None = None) -> dict:
     """Print the dry run; return `estimate`'s numbers (also written to json_path as JSON when given). CPU trials
-    with `measure`: their wall time on this machine, timed now (sweeps.wall_time), under "cpu"."""
+    with `measure`: their wall time on this machine, timed now (sweeps.wall_time), under "cpu". With `reused`
+    ((row, seed) -> sweep: run --reuse), those trials are marked and what they save is said."""
     est = {**estimate(spec, gpu, records), "cpu_trials": W.cpu_trials(spec)}
     us = units(spec)
     n = est["trials"] if spec.grid else f"{us[0].count} search + {est['trials'] - us[0].count} confirm"
@@ -231,10 +254,11 @@ def dry_run(spec: Spec, out=print, *, verbose: bool = False, gpu: str | None = N
     if gpu:
         for line in _gpu_header(est, gpu):
             out(line)
-    base = {k: v for k, v in spec.base_config().to_flat().items() if k != "seed"}
+    base = spec.base_config().to_flat()  # _differs leaves the seed out
     schedules: dict[str, list[str]] = {}
     for u, row in zip(us, est["units"]):
-        out(f"- {_unit_label(u)}: {_differs(u.cfg, base)} | {_unit_cost(row, est['gpu'], est['cpu_trials'])}")
+        mark = f" | reused from {reused[(u.row, u.seed)]}" if reused and (u.row, u.seed) in reused else ""
+        out(f"- {_unit_label(u)}: {_differs(u.cfg, base)} | {_unit_cost(row, est['gpu'], est['cpu_trials'])}{mark}")
         schedules.setdefault(schedule_lines(u.cfg), []).append(u.row)
         if verbose:
             out("  config " + json.dumps(u.cfg.to_flat(), sort_keys=True))
@@ -246,6 +270,8 @@ def dry_run(spec: Spec, out=print, *, verbose: bool = False, gpu: str | None = N
     if spec.search:
         out(f"search space {json.dumps(spec.search['space'])}; confirm {spec.search['confirm']}")
     lines = W.lines(spec, est["cpu"]) if est.get("cpu") else []
+    if reused is not None:
+        lines.append(reuse_text(est, reused))
     lines += _totals(est, spec_path) if est.get("stages") else [] if est["cpu_trials"] else [_measured_line(est)]
     for line in lines + [_last_line(est)]:
         out(line)

@@ -51,6 +51,8 @@ def grid_space(spec, trials: list, extra: dict) -> dict:
     from ray import tune
 
     meta = _meta(spec, extra)
+    if spec.search:  # a confirm stage: each configuration runs once per confirm seed
+        meta["expected_seeds"] = len(spec.search["confirm"]["seeds"])
     return {KEY: tune.grid_search([_settings({**meta, "stage": t.stage, "row": t.row, "seed": t.seed, **t.spec_meta},
                                              t.config.to_dict()) for t in trials])}
 

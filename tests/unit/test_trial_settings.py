@@ -75,6 +75,15 @@ def test_a_grid_trial_reads_back_as_the_shapes_before_issue_27_did():
         assert m["record"].params["spec.epochs"] == 10 and m["trial_key"] == m["record"].key
 
 
+def test_a_confirm_trial_expects_as_many_seeds_as_the_confirm_stage_has():
+    """The search table marks a configuration short of seeds against this (the search itself samples at one)."""
+    spec = parse_spec({**SEARCH, "search": {**SEARCH["search"], "confirm": {"top_k": 1, "seeds": [10, 11, 12]}}})
+    (cfg, *_) = [v["config"] for _, v in generate_variants(
+        {"config": grid_space(spec, spec.confirm_trials([{"method.beta": 0.7}]), EXTRA)})]
+    assert resolve_trial(cfg)[1]["record"].tags["ssat.expected_seeds"] == 3
+    assert resolve_trial(search_trial_now(spec, {"method.beta": 0.7}))[1]["record"].tags["ssat.expected_seeds"] == 1
+
+
 def test_a_search_trial_reads_back_as_the_shape_before_issue_27_did():
     spec = parse_spec(SEARCH, epochs=5)
     old = {"meta": {**old_meta(spec), "scheduler": "asha", "stage": "search", "row": "", "seed": 3},
