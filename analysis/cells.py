@@ -30,8 +30,9 @@ import pandas as pd
 from scipy import stats
 
 from . import paper, protocol
-from .table_specs import TableError, TableSpec, dataset_of, is_standard, is_teacher, param, value
-from .table_specs import seed_of as _seed
+from .table_specs import TableError, TableSpec
+from .run_labels import dataset_of, is_standard, is_teacher, param, value
+from .run_labels import seed_of as _seed
 
 MARKS = {"missing": "†", "not_significant": "‡", "subset": "§"}
 

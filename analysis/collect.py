@@ -30,7 +30,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from .legacy import PAPER_T, current_param_names
+from .legacy import current_param_names
 
 HISTORY_PREFIXES = ("train/", "val/", "sched/", "adv/", "perf/")
 FINAL_PREFIXES = ("test/", "time/")
@@ -121,15 +121,13 @@ def legacy_spec_params(rec: dict) -> dict:
     the paper's (`analysis.table_specs.paper_epochs`) whose t is the rescaled value (``ssat.config.scale_epochs``)
     of exactly one of the paper's t (50, 60, 70) was that paper run; any other run is its own spec.
     """
-    from .table_specs import paper_epochs
+    from .run_labels import paper_epochs, paper_t
 
     t, epochs = (None if _missing(rec.get(f"param.{k}")) else int(rec[f"param.{k}"])
                  for k in ("attack.t", "optim.epochs"))
     base = paper_epochs(rec)
-    if t is not None and epochs is not None and epochs != base:
-        found = [c for c in PAPER_T if max(1, math.floor(c * epochs / base + 0.5)) == t]
-        if len(found) == 1:
-            return {"param.spec.epochs": base, "param.spec.t": found[0]}
+    if t is not None and epochs is not None and epochs != base and (back := paper_t(t, epochs, base)):
+        return {"param.spec.epochs": base, "param.spec.t": back}
     return {"param.spec.epochs": base if epochs is None else epochs, "param.spec.t": t}
 
 

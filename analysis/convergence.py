@@ -22,7 +22,7 @@ import pandas as pd
 
 from . import collect
 from .markdown import md_align, md_row
-from .plots import config_labels, trial_runs
+from .run_labels import value
 
 LOSS_RATIO = 0.6
 STABLE_POINTS = 2.0
@@ -30,6 +30,43 @@ NOT_TRAINING_RATIO = 0.95
 KEYS = ("train/loss", "val/clean", "val/pgd10")
 COLUMNS = ["row", "seed", "epochs", "loss_first", "loss_final", "loss_ratio", "clean_final", "clean_move",
            "pgd10_final", "pgd10_move", "converged", "why"]
+
+
+# ---- the runs and their short labels (this report's rows, the learning curves' legend) -------
+def trial_runs(df_runs: pd.DataFrame, stages=None) -> pd.DataFrame:
+    """The trial runs (no parent or teacher run), of `stages` if given."""
+    kind = df_runs.get("meta.kind", pd.Series("trial", index=df_runs.index)).fillna("trial")
+    runs = df_runs[kind == "trial"]
+    if stages:
+        runs = runs[runs["meta.stage"].isin(list(stages))]
+    return runs
+
+
+def short_label(run: dict, varying=()) -> str:
+    """A configuration's short name: its label (``ssat.label``: the grid row, or what a search sampled, without the
+    seed), else its row (runs before the label tag); a search run of before then by its ``sampled.<key>`` values
+    (a text value as itself, others ``key=value``, then ``#`` and the config hash's first 4 characters); else the
+    `varying` params, else the config hash."""
+    for key in ("meta.label", "meta.row"):
+        if value(run, key) is not None and str(value(run, key)):
+            return str(value(run, key))
+    sampled = [(k[len("param.sampled."):], value(run, k)) for k in sorted(run) if k.startswith("param.sampled.")]
+    if any(v is not None for _, v in sampled):
+        digest = value(run, "meta.config_hash")
+        return " ".join([v if isinstance(v, str) else f"{k.rsplit('.', 1)[-1]}={v:.2g}" if isinstance(v, float)
+                         else f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sampled if v is not None]
+                        + ([f"#{str(digest)[:4]}"] if digest else []))
+    if varying:
+        return " ".join(f"{c[6:]}={value(run, c)}" for c in varying)
+    return str(value(run, "meta.config_hash") or run["run_id"])
+
+
+def config_labels(runs: pd.DataFrame) -> pd.Series:
+    """The short label of each run's configuration (`short_label`; the params that differ between the runs shown
+    where a run has neither label, row nor sampled values)."""
+    params = [c for c in runs.columns if c.startswith("param.") and c != "param.seed"]
+    varying = [c for c in params if runs[c].astype(str).nunique() > 1]
+    return pd.Series([short_label(r, varying) for r in runs.to_dict("records")], index=runs.index)
 
 
 def run_convergence(hist: pd.DataFrame) -> dict:

@@ -11,8 +11,8 @@ module changes nothing for its caller. `build_figure` returns the figure for ins
 
 Every figure states its data under it (`Figure.get_supxlabel()`): the experiment(s), the seeds and the
 protocol of the numbers drawn. Bars start at 0; a cell with one seed has no error bar; a cell without runs
-is written "n/a" where its bar would be. Legends of figures whose data fills the panel (curves, alpha) sit right
-of it, never over a curve.
+is written "n/a" where its bar would be. Legends of figures whose data fills the panels (curves, alpha) sit above
+them, inside the figure, never over a curve; configurations go by their short labels (convergence.short_label).
 """
 from __future__ import annotations
 
@@ -26,11 +26,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from . import collect, protocol
 from .cells import TableResult
+from .convergence import config_labels, trial_runs
 from .paper import group_title
-from .table_specs import param, value
+from .run_labels import param, value
 from .tables import build_table
 
 DPI = 100
@@ -190,31 +192,7 @@ def point_label(run: dict) -> str:
     return textwrap.fill(text, 28) if text else str(value(run, "run_name") or run["run_id"])
 
 
-def trial_runs(df_runs: pd.DataFrame, stages=None) -> pd.DataFrame:
-    kind = df_runs.get("meta.kind", pd.Series("trial", index=df_runs.index)).fillna("trial")
-    runs = df_runs[kind == "trial"]
-    if stages:
-        runs = runs[runs["meta.stage"].isin(list(stages))]
-    return runs
-
-
 # ---- learning curves and alpha ---------------------------------------------------------------
-def config_labels(runs: pd.DataFrame) -> pd.Series:
-    """A readable name per configuration: its ``ssat.row`` tag, else the params that differ between the
-    configurations shown (``schedule=linear interpolate=True``), else the config hash."""
-    params = [c for c in runs.columns if c.startswith("param.") and c not in ("param.seed",)]
-    varying = [c for c in params if runs[c].astype(str).nunique() > 1]
-
-    def label(run: dict) -> str:
-        row = value(run, "meta.row")
-        if row:
-            return str(row)
-        if varying:
-            return " ".join(f"{c[6:]}={value(run, c)}" for c in varying)
-        return str(value(run, "meta.config_hash") or run["run_id"])
-    return pd.Series([label(r) for r in runs.to_dict("records")], index=runs.index)
-
-
 def _seed_stats(hist: pd.DataFrame, run_ids, key: str) -> pd.DataFrame:
     """Per epoch: mean and std (ddof=1) over the runs of one configuration."""
     h = hist[(hist["key"] == key) & hist["run_id"].isin(run_ids)]
@@ -250,9 +228,14 @@ def swa_start(runs: pd.DataFrame) -> int | None:
 LOWER_PANELS = ("train/loss", "sched/eps_max", "sched/rho", "sched/lr")  # under the accuracies, in this order
 
 
-def outside_legend(ax, **kwargs):
-    """The legend of `ax` right of its data area, never over a curve (the constrained layout makes room)."""
-    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="x-small", **kwargs)
+def figure_legend(fig: Figure, handles: list):
+    """The legend above the panels, inside the figure (the constrained layout makes room), never over a curve: as
+    many columns as its longest label allows (x-small text: 15 characters an inch), a longer label wrapped."""
+    width = int(fig.get_figwidth() * 15) - 6
+    for h in handles:
+        h.set_label(textwrap.fill(h.get_label(), width))
+    ncols = min(len(handles), max(1, width // (6 + max(len(x) for h in handles for x in h.get_label().split("\n")))))
+    return fig.legend(handles=handles, loc="outside upper center", ncols=ncols, fontsize="x-small")
 
 
 def constant_panels(df_hist: pd.DataFrame, configs: dict[str, list], keys) -> tuple[list[str], list[str]]:
@@ -277,7 +260,7 @@ def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_
     """val/clean and val/pgd10 per epoch (mean +- std over seeds), with a dotted line where validation switches
     to averaged weights (SWA); the training loss (the method's objective), eps_max, rho and lr below: a
     configuration that does not train shows it here. A lower panel that would be flat in every configuration is
-    left out, its value said under the figure; the legend is right of the curves."""
+    left out, its value said under the figure; the legend is above the panels, epochs are whole numbers."""
     from matplotlib.lines import Line2D
 
     configs = _configs(df_runs, df_hist, "val/pgd10", stages)
@@ -303,8 +286,9 @@ def curves_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_
     # one entry per configuration (its colour) and per metric (its line style), not one per curve
     handles = [Line2D([], [], color=f"C{i}", label=label) for i, label in enumerate(configs)]
     handles += [Line2D([], [], color="0.3", ls=ls, label=key) for key, ls in (("val/clean", "--"), ("val/pgd10", "-"))]
-    outside_legend(axes[0], handles=handles + swa)
+    figure_legend(fig, handles + swa)
     axes[-1].set_xlabel("epoch")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     left_out = f"; panels left out: {', '.join(constant)}" if constant else ""
     _state(fig, _history_statement(df_runs, configs, lambda runs: _val_protocol(runs, ("val/clean", "val/pgd10"))
                                    + ", per epoch" + left_out))
@@ -327,10 +311,11 @@ def alpha_figure(df_runs: pd.DataFrame, df_hist: pd.DataFrame, stages=None, **_)
         ax.stackplot(steps, low, (1 - low - one).clip(lower=0), one,
                      labels=["alpha = 2^-K", "between", "alpha = 1"], alpha=0.7)
         ax.plot(mean.index, mean, "k-", label="mean alpha")
-        ax.set_title(label.replace(" ", "\n"), fontsize="small")
+        ax.set_title(textwrap.fill(label, int(fig.get_figwidth() / len(configs) * 12)), fontsize="small")
         ax.set(xlabel="epoch", ylim=(0, 1))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_ylabel("share of samples / mean alpha")
-    outside_legend(axes[-1])  # the shares fill each panel from 0 to 1: no corner is free of data
+    figure_legend(fig, axes[-1].get_legend_handles_labels()[0])  # the shares fill each panel: no corner is free
     _state(fig, _history_statement(df_runs, configs, lambda _: "alpha_hat of the training batches' adversarial "
                                    "examples (adv/alpha_*), per epoch, trial runs"))
     return fig

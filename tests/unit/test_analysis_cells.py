@@ -529,7 +529,7 @@ def test_sweep_row_names_an_ssat_mbi_run_by_the_swept_value_and_drops_the_rest()
 
 
 def test_run_name_says_which_run_with_what_it_knows():
-    from analysis.table_specs import run_name
+    from analysis.run_labels import run_name
 
     full = {"run_name": "r1", "run_id": "abc", "experiment": "sweep-x"}
     assert run_name(full) == "'r1' (experiment 'sweep-x', id abc)"
@@ -540,7 +540,7 @@ def test_run_name_says_which_run_with_what_it_knows():
 
 
 def test_dataset_and_group_from_params_tags_or_the_group():
-    from analysis.table_specs import dataset_group, dataset_of
+    from analysis.run_labels import dataset_group, dataset_of
 
     assert dataset_of({"meta.dataset": "svhn"}) == "svhn"  # a teacher's tag
     assert dataset_of({"param.data.dataset": "cifar10", "meta.dataset": "svhn"}) == "cifar10"

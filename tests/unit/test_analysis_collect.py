@@ -13,7 +13,7 @@ from analysis.legacy import LEGACY_PARAM_NAMES, current_param_names
 from analysis.export import export
 
 ROOT = Path(__file__).resolve().parents[2]
-from analysis.table_specs import LabelError, schedule_label
+from analysis.run_labels import LabelError, schedule_label
 
 
 def test_typed_turns_mlflow_strings_into_numbers_booleans_and_missing():

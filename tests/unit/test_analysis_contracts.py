@@ -5,6 +5,7 @@ import math
 import pandas as pd
 
 from analysis import collect, markdown, protocol
+from analysis import run_labels
 from analysis import table_specs as specs
 
 
@@ -16,9 +17,9 @@ def test_a_markdown_cell_escapes_the_pipe_and_a_line_break():
 
 def test_the_column_group_is_the_tag_then_dataset_and_model():
     tagged = {"meta.column_group": "cifar10/wrn-28-2", "param.data.dataset": "svhn", "param.model.name": "cnn-small"}
-    assert specs.dataset_group(tagged) == "cifar10/wrn-28-2"
-    assert specs.dataset_group({"param.data.dataset": "svhn", "param.model.name": "cnn-small"}) == "svhn/cnn-small"
-    assert specs.dataset_of({"meta.column_group": "cifar100/wrn-28-2"}) == "cifar100"
+    assert run_labels.dataset_group(tagged) == "cifar10/wrn-28-2"
+    assert run_labels.dataset_group({"param.data.dataset": "svhn", "param.model.name": "cnn-small"}) == "svhn/cnn-small"
+    assert run_labels.dataset_of({"meta.column_group": "cifar100/wrn-28-2"}) == "cifar100"
 
 
 def test_supervised_rows_are_named_by_schedule_and_interpolation():

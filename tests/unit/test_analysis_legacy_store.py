@@ -18,7 +18,7 @@ import pytest
 
 from analysis.collect import _mlflow_record, load_mlflow_history, load_mlflow_runs, runs_frame
 from analysis.convergence import convergence_frame, to_markdown
-from analysis.table_specs import LabelError
+from analysis.run_labels import LabelError
 from analysis.tables import build_table, render_table
 from analysis.tables import main as tables_main
 

@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.collect import load_mlflow_runs, load_ray_runs
-from analysis.table_specs import schedule_label
+from analysis.run_labels import schedule_label
 from ssat import faults
 from ssat.config import from_dict
 from ssat.presets import preset
@@ -161,7 +161,8 @@ def test_mlflow_and_a_ray_folder_give_analysis_the_same_record(store, tmp_path):
     pd.testing.assert_series_equal(mlflow[cols], ray[cols], check_names=False)
     assert (mlflow["meta.key"], mlflow["param.attack.t"], mlflow["param.spec.t"], mlflow["param.spec.epochs"]) == \
         (rec.key, 3, 6, 10)
-    assert mlflow["meta.status"] == "RUNNING" and schedule_label(mlflow) == schedule_label(ray) == "Linear-6/10ep"
+    # its spec's Linear-6 of 10 epochs is the paper's Linear-60 scaled (analysis.run_labels.paper_t)
+    assert mlflow["meta.status"] == "RUNNING" and schedule_label(mlflow) == schedule_label(ray) == "Linear-60"
 
 
 def test_a_journal_of_the_code_before_replays_and_its_run_is_found_again(store, tmp_path):
