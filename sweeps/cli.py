@@ -45,6 +45,9 @@ def _run_args(args):
 
 
 def cmd_run(args) -> int:
+    from .spec_file import read_yaml
+
+    read_yaml(args.spec)  # a file that cannot be a spec is refused before torch, Ray or MLflow are imported
     gpu = None
     if args.gpu is not None:  # a GPU name no measurement has is refused before any other work
         from .dryrun import gpu_choice

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 from .errors import SweepError
@@ -42,20 +43,60 @@ def check_gpu(spec: Spec, gpus_now: float | None = None) -> None:
 def init_ray(address: str | None) -> None:
     """Join the cluster at `address`, or start a local Ray whose every process listens on 127.0.0.1 only (the
     dashboard, off by default, too: SSAT_RAY_DASHBOARD=1 turns it on, on 127.0.0.1:8265). The caller's SIGTERM
-    handler stays in place: ray.init replaces it with one that exits at once."""
+    handler stays in place all along (`keep_sigterm_handler`), and a local Ray's processes run in sessions of their
+    own (`own_sessions`)."""
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if ray.is_initialized():
         return
-    sigterm = signal.getsignal(signal.SIGTERM)
-    try:
+    with keep_sigterm_handler():
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
             _init_local(ray)
+
+
+@contextlib.contextmanager
+def keep_sigterm_handler():
+    """ray.init installs, first thing, a SIGTERM handler that exits at once (SystemExit 15): a SIGTERM during Ray's
+    start then left the sweep's run RUNNING, with no message. Inside, Ray's installer does nothing, so the driver's
+    own handler (sweeps.driver.Interrupt) stops the sweep as it does in any stage."""
+    from ray._private import utils
+
+    install, sigterm = utils.set_sigterm_handler, signal.getsignal(signal.SIGTERM)
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
     finally:
+        utils.set_sigterm_handler = install
         signal.signal(signal.SIGTERM, sigterm)
+
+
+class _OwnSession(subprocess.Popen):
+    """What Ray starts its GCS, raylet, agents and reaper with (ray._private.services.ConsolePopen on Linux), in a
+    session of its own."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["start_new_session"] = True
+        super().__init__(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def own_sessions():
+    """Inside: the processes a local Ray starts are leaders of their own session and process group. In the
+    driver's group a signal to the whole group (a closed terminal's SIGHUP, `kill -TERM -PGID`, `timeout`, systemd,
+    a container's stop) also reached Ray's GCS and raylet: they died, the driver waited 60 s to reconnect and exited
+    without ending its runs. Out of the group only the driver gets it, and stops the sweep as for its own SIGTERM.
+    They still die with the driver: Ray binds them to it (the kernel's parent-death signal)."""
+    from ray._private import services
+
+    popen = services.ConsolePopen
+    services.ConsolePopen = _OwnSession
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
 
 
 def dashboard_wanted() -> bool:
@@ -69,7 +110,7 @@ def _init_local(ray) -> None:
     # schedules GPU shares as a GPU machine would: the CPU smoke of benchmarks/device_run.sh, tests)
     cpus = int(os.environ.get("SSAT_LOGICAL_CPUS") or os.cpu_count())
     gpus = float(os.environ.get("SSAT_LOGICAL_GPUS") or torch.cuda.device_count())
-    with loopback_node():
+    with loopback_node(), own_sessions():
         ctx = ray.init(address="local", num_cpus=cpus, num_gpus=gpus, include_dashboard=dashboard_wanted(),
                  dashboard_host="127.0.0.1", _node_ip_address="127.0.0.1", log_to_driver=False,
                  _temp_dir=os.environ.get("SSAT_RAY_TMPDIR"))

@@ -31,14 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ssat.config import MAX_EPOCHS, Config, ConfigError, brief, from_dict, scale_epochs
 from ssat.presets import preset
 
 from .errors import SpecError, check_keys
-from .spec_checks import (MAX_DESCRIPTION, MAX_SEEDS, MAX_SPEC_BYTES, MAX_TEXT, MAX_TRIALS, int_in, is_integer,
-                          is_number, spec_error, text_of, up_to)
+from .spec_file import read_yaml
+from .spec_checks import (MAX_DESCRIPTION, MAX_SEEDS, MAX_TEXT, MAX_TRIALS, int_in, is_integer, is_number,
+                          spec_error, text_of, up_to)
 from .run_records import spec_meta
 
 SPEC_KEYS = {"name", "preset", "table", "column_group", "overrides", "epochs", "seeds", "resources", "max_concurrent",
@@ -127,33 +126,6 @@ def _config(spec: Spec, overrides: dict, seed: int, where: str) -> Config:
         raise SpecError(f"spec {brief(spec.name)}, {where}: {exc}") from None
 
 
-def read_yaml(path: str | Path) -> dict:
-    """Safe-load a YAML file; a syntax error names the line."""
-    path = Path(path)
-    if not path.exists():
-        raise SpecError(f"{path}: no such spec file")
-    if path.is_file() and path.stat().st_size > MAX_SPEC_BYTES:
-        raise SpecError(f"{path}: {path.stat().st_size:,} bytes; allowed: a spec file of at most {MAX_SPEC_BYTES:,} "
-                        "bytes (a limit no real spec comes near)")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot be read as a YAML spec file ({exc})") from None
-    try:
-        data = yaml.safe_load(text)
-    except ValueError as exc:  # an integer past Python's 4,300 digits to text
-        raise SpecError(f"{path}: malformed YAML: {str(exc)[:120]}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        kind = ("YAML tag not allowed (specs are read with a safe loader)"
-                if isinstance(exc, yaml.constructor.ConstructorError) else "malformed YAML")
-        raise SpecError(f"{path}: {kind}{where}: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping of spec keys at the top, got {type(data).__name__}")
-    return data
-
-
 def load_spec(path: str | Path, **options) -> Spec:
     """Read and fully validate a spec (every grid trial and the search space's corners are built); `options` as
     parse_spec takes them."""
@@ -187,7 +159,10 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
         raise spec_error(path, f"stage: {brief(stage)}; allowed: {', '.join(STAGES)}")
     for key in ("table", "column_group"):
         text_of(raw.get(key, ""), path, key)
-    text_of(str(raw.get("description", "")), path, "description", MAX_DESCRIPTION)  # YAML may give a date
+    description = raw.get("description", "")
+    if isinstance(description, (dict, list)):
+        raise spec_error(path, f"description: expected text, got {brief(description)}")
+    text_of(str(description), path, "description", MAX_DESCRIPTION)  # YAML may give a date
     int_in(raw.get("expected_seeds", len(seeds)), path, "expected_seeds", hi=MAX_SEEDS, allowed=up_to(MAX_SEEDS))
     spec = Spec(name=name, preset=pname, base=base, seeds=seeds, resources=res, max_concurrent=mc, metric=metric,
                 mode=mode, table=raw.get("table", ""), column_group=raw.get("column_group", ""), stage=stage,

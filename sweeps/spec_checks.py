@@ -16,6 +16,7 @@ MAX_SEEDS = 1_000          # seeds of a list (seeds, search.confirm.seeds); epoc
 MAX_TEXT = 200             # table, column_group, a row's label, a metric, a custom resource's name
 MAX_DESCRIPTION = 5_000
 MAX_SPEC_BYTES = 2**20     # a spec file
+MAX_EXPANDED = 100_000     # values a spec's YAML aliases may expand to
 
 
 def spec_error(path: str, msg: str) -> SpecError:

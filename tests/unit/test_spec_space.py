@@ -857,7 +857,8 @@ def test_load_spec_passes_the_rows_and_the_gpu_share_on(tmp_path):
 
 
 def test_a_spec_file_of_the_largest_size_is_read_and_an_integer_error_is_cut_at_120_characters(tmp_path):
-    from sweeps.spec import MAX_SPEC_BYTES, read_yaml
+    from sweeps.spec_checks import MAX_SPEC_BYTES
+    from sweeps.spec_file import read_yaml
 
     body = yaml.safe_dump(GRID)
     at_limit = tmp_path / "at-limit.yaml"
