@@ -153,9 +153,37 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
         return
     try:  # a SQLite file's folders are made by MLflow
         with creating_store(uri):
+            new_sqlite_store(uri)
             MlflowClient(uri).search_experiments()
     except Exception as exc:
-        raise TrackingUnavailable(f"MLflow store {uri} cannot be used: {str(exc)[:500]}") from None
+        raise TrackingUnavailable(f"MLflow store {uri} cannot be used: {str(exc)[:500]}{_wedged(uri, exc)}") from None
+
+
+def new_sqlite_store(uri: str) -> None:
+    """A new SQLite store (its file missing or empty) is made whole before it takes the store's name: MLflow creates
+    and migrates its tables in a file of its own beside it, renamed over the store's when done. A stop at any
+    instant (SIGTERM, Ctrl+C, a hang-up) then leaves either no tables (an empty file: made anew next time) or all
+    of them; a migration cut short used to leave `_alembic_tmp_*` tables that no later start could get past."""
+    db = sqlite_path(uri)
+    if db is None or (db.exists() and db.stat().st_size > 0):
+        return
+    for left in db.parent.glob(f".{db.name}.creating-*"):  # a creator killed before it could clean up (it held the
+        left.unlink(missing_ok=True)                        # creation lock, which is this caller's now)
+    tmp = db.with_name(f".{db.name}.creating-{os.getpid()}")
+    try:
+        MlflowClient(f"sqlite:///{tmp}").search_experiments()
+        os.replace(tmp, db)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _wedged(uri: str, exc: Exception) -> str:
+    """The fix, when a SQLite store was left half-migrated by a stop during its creation (before the creation was
+    made whole, new_sqlite_store)."""
+    if "_alembic_tmp_" not in str(exc) or sqlite_path(uri) is None:
+        return ""
+    return (f". Its tables were left half-made by a stop while MLflow created them: if no sweep wrote to "
+            f"{sqlite_path(uri)} (a new store), delete that file and start again; `mlflow db upgrade` cannot mend it")
 
 
 PG_LOCK_KEY = 3_200_320_032  # the PostgreSQL advisory lock a new store is created under (any number this project owns)

@@ -2,6 +2,7 @@
 list the trials flat and, given the store, open a saved view with the table's metric columns (the page itself is
 checked in a real browser by tests/integration/test_mlflow_ui.py)."""
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -123,3 +124,36 @@ def test_a_grid_link_shows_the_table_metrics_and_the_grids_factors_by_name(tmp_p
     state = json.loads(json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])["state"])
     assert state["selectedColumns"][3:] == ["params.`attack.schedule`", "params.`method.interpolate`",
                                             "params.`method.beta`"]
+
+
+def test_a_store_wedged_by_a_cut_migration_is_named_with_its_fix(tmp_path):
+    from sweeps.tracking import _wedged
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    said = _wedged(uri, Exception("(sqlite3.OperationalError) table _alembic_tmp_endpoints already exists"))
+    assert said == (f". Its tables were left half-made by a stop while MLflow created them: if no sweep wrote to "
+                    f"{tmp_path / 'mlflow.db'} (a new store), delete that file and start again; `mlflow db upgrade` "
+                    "cannot mend it")
+    assert _wedged(uri, Exception("database is locked")) == ""
+    assert _wedged("postgresql://h/db", Exception("_alembic_tmp_x")) == ""
+
+
+def test_a_new_sqlite_store_is_made_beside_it_and_renamed_whole(tmp_path, monkeypatch):
+    import sweeps.tracking as tracking
+
+    db = tmp_path / "mlflow.db"
+    seen = []
+    real = tracking.MlflowClient
+
+    def client(uri):
+        seen.append(uri)
+        assert not db.exists() or db.stat().st_size == 0  # the store's own name holds nothing until it is whole
+        return real(uri)
+
+    monkeypatch.setattr(tracking, "MlflowClient", client)
+    tracking.new_sqlite_store(f"sqlite:///{db}")
+    assert seen == [f"sqlite:///{tmp_path / f'.mlflow.db.creating-{os.getpid()}'}"]
+    assert db.stat().st_size > 0 and list(tmp_path.iterdir()) == [db]
+    real(f"sqlite:///{db}").create_experiment("x")
+    tracking.new_sqlite_store(f"sqlite:///{db}")  # a store with its tables: left as it is
+    assert len(seen) == 1
