@@ -110,6 +110,31 @@ def drop_torn_checkpoints(stage_dir: Path) -> list[Path]:
     return dropped
 
 
+class DiskFull(Exception):
+    """The disk filled outside a Tune stage (the teacher stage): the sweep stops as Ctrl+C stops it."""
+
+
+@contextlib.contextmanager
+def disk_guard(folder: Path, ballast: Path, log: Callable[[str], None]):
+    """The reserve of a stage that is not Tune's (the teachers): FLOOR bytes held while it runs. When it fails with
+    less than FLOOR free (a full disk fails writes as OSError, torch's RuntimeError, SQLite's OperationalError...),
+    the ballast is given back, one line says so, and DiskFull stops the sweep, with room to record the stop."""
+    make_ballast(ballast)
+    try:
+        yield
+    except Exception as exc:
+        usage = shutil.disk_usage(_existing(folder))
+        if usage.free >= FLOOR:
+            raise
+        ballast.unlink(missing_ok=True)
+        log(full_line(folder, usage.free, usage.total, FLOOR))
+        LOG.write(f"[disk] {folder}: {usage.free:,} of {usage.total:,} bytes free; the stage failed with "
+                  f"{type(exc).__name__}: {exc}; {ballast} ({FLOOR:,} bytes) given back for the stop")
+        raise DiskFull(str(exc)) from None
+    finally:
+        ballast.unlink(missing_ok=True)
+
+
 class DiskWatch:
     """The watcher of one Tune stage (see the module's doc). `stop(cause)` stops the sweep as Ctrl+C does."""
 

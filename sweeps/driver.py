@@ -31,7 +31,7 @@ from ssat.config import ConfigError, brief, shorten
 
 from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, hold, inspect, leftover_ray_processes,
                           proc_start_ticks, signal_holder)
-from .disk import CAUSE as DISK_FULL, DiskWatch, check_free, drop_torn_checkpoints
+from .disk import CAUSE as DISK_FULL, DiskFull, DiskWatch, check_free, disk_guard, drop_torn_checkpoints
 from .errors import SweepError, UsageError
 from .outcomes import TrialOutcome, stage_outcome, top_configs
 from .paths import Paths, sweep_paths
@@ -144,6 +144,7 @@ class Interrupt:
         self.cause: str | None = None  # what stopped the sweep, as its messages say it ("Ctrl+C", "SIGTERM", ...)
         self.in_tune = False
         self.cause_file = cause_file
+        self.stopping = False  # the driver records a stop: another signal is said and otherwise ignored
 
     def signal_cause(self, signum: int) -> str:
         with contextlib.suppress(OSError, UnicodeDecodeError):
@@ -170,6 +171,8 @@ class Interrupt:
     def _handler(self, signum, frame):
         if signum == signal.SIGHUP:
             _quiet_console()
+        if self.stopping:
+            return
         if not self.request(self.signal_cause(signum)):
             raise KeyboardInterrupt
 
@@ -357,27 +360,18 @@ def _ray_session_dir() -> str | None:
 
 def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, rerun_failed: bool = False,
             log: Log = print, lock: DriverLock | None = None) -> int:
-    """Run (or resume) every stage of a sweep; 0 when every trial finished, 1 otherwise. On an error the sweep's
-    run ends FAILED with it, the state says "incomplete", and the error goes on to the caller."""
-    tracker = Tracker(state.tracking_uri, spec.name, artifact_root=paths.workdir / "mlartifacts",
-                      spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
-    run = sweep_record(spec.name, spec.table, state.spec_path, spec.preset, state.code,
-                       state.study_url and redacted(state.study_url))
-    parent = run.key
-    tracker.ensure_run(parent, run.tags, run.params, name=run.name)
-    tracker.reopen(parent)
-    spec_file = paths.sweep_dir / "spec.json"
-    spec_file.write_text(json.dumps(state.source, indent=1))
-    tracker.log_artifact(parent, spec_file, None)
-    tracker.drain()
-    stage = "teacher"
+    """Run (or resume) every stage of a sweep; 0 when every trial finished, 1 otherwise. A stop (STOP_SIGNALS, a
+    full disk) at any point from the sweep's first write on ends it INCOMPLETE, its runs ended with the reason; on
+    an error the sweep's run ends FAILED with it, the state says "incomplete", and the error goes on to the
+    caller."""
     paths.stop_cause.unlink(missing_ok=True)  # one left by an earlier stop would misname this driver's Ctrl+C
     interrupt = Interrupt(paths.stop_cause)
-    try:
-        with interrupt.installed():
-            t0 = time.perf_counter()
-            teacher_runs = teacher_stage(spec.configs(), tracker, spec.name, paths.teacher_dir, log=log)
-            log(f"[stage] teacher: {time.perf_counter() - t0:.1f} s")
+    parent, tracker, stage = sweep_key(spec.name), None, "start"
+    with interrupt.installed():
+        try:
+            tracker = _open_sweep_run(spec, paths, state, log)
+            stage = "teacher"
+            teacher_runs = _teacher_stage(spec, paths, tracker, log)
             stage = "ray"
             init_ray(state.args.address)
             if lock is not None and not state.args.address:
@@ -390,13 +384,51 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
                     continue
                 why = _run_stage(stage, spec, paths, state, tracker, meta, interrupt, resume, rerun_failed, log)
                 if why is not None:
-                    return _incomplete(paths, state, tracker, parent, stage, why, interrupt.cause, log)
-    except KeyboardInterrupt:
-        return _incomplete(paths, state, tracker, parent, stage, "", interrupt.cause or "Ctrl+C", log)
-    except Exception as exc:
-        _incomplete(paths, state, tracker, parent, stage, f"stopped by {type(exc).__name__}: {str(exc)[:300]}",
-                    None, log, error=True)
-        raise
+                    return _stopping(interrupt, paths, state, tracker, parent, stage, why, interrupt.cause, log)
+        except KeyboardInterrupt:
+            return _stopping(interrupt, paths, state, tracker, parent, stage, "", interrupt.cause or "Ctrl+C", log)
+        except DiskFull:
+            return _stopping(interrupt, paths, state, tracker, parent, stage, "", DISK_FULL, log)
+        except Exception as exc:
+            _stopping(interrupt, paths, state, tracker, parent, stage,
+                      f"stopped by {type(exc).__name__}: {str(exc)[:300]}", None, log, error=True)
+            raise
+    return _finished(spec, paths, state, tracker, parent, log)
+
+
+def _open_sweep_run(spec: Spec, paths: Paths, state: SweepState, log: Log) -> Tracker:
+    """The sweep's tracker and its parent run (made, or RUNNING again), with the spec as an artifact."""
+    tracker = Tracker(state.tracking_uri, spec.name, artifact_root=paths.workdir / "mlartifacts",
+                      spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
+    run = sweep_record(spec.name, spec.table, state.spec_path, spec.preset, state.code,
+                       state.study_url and redacted(state.study_url))
+    tracker.ensure_run(run.key, run.tags, run.params, name=run.name)
+    tracker.reopen(run.key)
+    spec_file = paths.sweep_dir / "spec.json"
+    spec_file.write_text(json.dumps(state.source, indent=1))
+    tracker.log_artifact(run.key, spec_file, None)
+    tracker.drain()
+    return tracker
+
+
+def _teacher_stage(spec: Spec, paths: Paths, tracker: Tracker, log: Log) -> dict:
+    """The teachers, with the disk's reserve held (sweeps.disk): a disk that fills meanwhile stops the sweep as in
+    a Tune stage (DiskFull), one line on the console and the rest in the sweep's log."""
+    t0 = time.perf_counter()
+    with diverted(paths.sweep_dir / "sweep.log"), disk_guard(paths.workdir, paths.sweep_dir / "disk_reserve", log):
+        runs = teacher_stage(spec.configs(), tracker, spec.name, paths.teacher_dir, log=log)
+    log(f"[stage] teacher: {time.perf_counter() - t0:.1f} s")
+    return runs
+
+
+def _stopping(interrupt: Interrupt, *args, **kwargs) -> int:
+    """_incomplete, with any further stop signal ignored while it records the stop (a second Ctrl+C there would
+    leave runs RUNNING and print a traceback)."""
+    interrupt.stopping = True
+    return _incomplete(*args, **kwargs)
+
+
+def _finished(spec: Spec, paths: Paths, state: SweepState, tracker: Tracker, parent: str, log: Log) -> int:
     tracker.set_tags(parent, {"ssat.status": "FINISHED"})
     tracker.end(parent, "FINISHED")
     tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
@@ -489,7 +521,7 @@ def cut_at(t: TrialOutcome) -> str:
     return "after its last epoch, before Tune completed it"
 
 
-def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, stage: str, why: str,
+def _incomplete(paths: Paths, state: SweepState, tracker: Tracker | None, parent: str, stage: str, why: str,
                 interrupted: str | None, log: Log, error: bool = False) -> int:
     """The sweep stops short: its run ends KILLED (interrupted: by what, e.g. "Ctrl+C") or FAILED (trials that did
     not finish, an error) with the reason in `ssat.status`, no run of it is left RUNNING, and its state says
@@ -498,13 +530,15 @@ def _incomplete(paths: Paths, state: SweepState, tracker: Tracker, parent: str, 
     end, reason = (("KILLED", f"KILLED: {why} in stage {stage}") if interrupted
                    else ("FAILED", f"FAILED: stage {stage} {why}"))
     try:
-        tracker.set_tags(parent, {"ssat.status": f"{reason}; resume with: {resume_command(paths)}"})
-        tracker.end(parent, end)
-        _end_left_running(tracker, parent, f"KILLED: the sweep stopped in stage {stage} ({why}) while this run "
-                                           f"was RUNNING; resume with: {resume_command(paths)}", log)
+        if tracker is not None:  # None: stopped before the sweep's run was opened
+            tracker.set_tags(parent, {"ssat.status": f"{reason}; resume with: {resume_command(paths)}"})
+            tracker.end(parent, end)
+            _end_left_running(tracker, parent, f"KILLED: the sweep stopped in stage {stage} ({why}) while this run "
+                                               f"was RUNNING; resume with: {resume_command(paths)}", log)
         state.status = "incomplete"
         state.save(paths)
-        tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
+        if tracker is not None:
+            tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60")))
     except Exception as exc:
         if not error:
             raise

@@ -124,3 +124,36 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_finishes_it(small_di
     assert_no_traceback(res.stdout + res.stderr)
     assert_finished_unharmed(small_disk, epochs=3)
     assert not (small_disk / "runs" / "sweeps" / NAME / "disk_reserve").exists()
+
+
+def test_a_full_disk_in_the_teacher_stage_stops_the_sweep_in_one_line(small_disk, tmp_path):
+    """Issue 44, item 4: the same fault while the teacher trains (its cache on the small disk) gave 4 tracebacks and
+    left the sweep's run RUNNING. Now: one line, exit 1, INCOMPLETE in stage teacher, nothing RUNNING."""
+    ray_tmp = tempfile.mkdtemp(prefix="rd", dir="/tmp")
+    env = sweep_env(small_disk, ray_tmp, small_disk / "teachers", fault="")
+    log = tmp_path / "driver.log"
+    driver = start_driver(small_disk, env, epochs=3, log=log)
+    try:
+        deadline = time.monotonic() + 480
+        while "teacher step " not in (log.read_text() if log.exists() else ""):
+            assert driver.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        fill(small_disk)
+        rc = driver.wait(300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        kill_ray_leftovers(ray_tmp)
+    out = log.read_text()
+    assert rc == 1, out[-3000:]
+    assert len([ln for ln in out.splitlines() if ln.startswith("[sweep] disk full: ")]) == 1, out[-3000:]
+    assert (f"sweep {NAME} is INCOMPLETE: stage teacher interrupted (disk full). Resume with:\n"
+            f"  python -m sweeps resume {NAME} --workdir {small_disk}\n") in out, out[-3000:]
+    assert_no_traceback(out)
+    assert not (small_disk / "runs" / "sweeps" / NAME / "disk_reserve").exists()
+    client = MlflowClient(f"sqlite:///{small_disk / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(NAME).experiment_id], max_results=100)
+    assert runs and not [r.data.tags.get("ssat.key") for r in runs if r.info.status == "RUNNING"]
+    (parent,) = [r for r in runs if r.data.tags["ssat.kind"] == "sweep"]
+    assert parent.info.status == "KILLED" and "interrupted (disk full) in stage teacher" in parent.data.tags["ssat.status"]
