@@ -68,7 +68,7 @@ def epoch_steps(cfg: Config) -> int:
 def concurrency(spec: Spec, cores: int) -> int:
     """Trials at once on this machine: the spec's max_concurrent, at most as many as its cores hold at
     resources.cpu each."""
-    return max(1, min(spec.max_concurrent, int(cores // spec.resources["cpu"])))  # resources.cpu > 0 (sweeps.spec)
+    return max(1, min(spec.max_concurrent, int(cores / spec.resources["cpu"] + 1e-9)))  # cpu > 0 (sweeps.spec)
 
 
 def makespan(durations: list[float], slots: int) -> float:
@@ -76,7 +76,7 @@ def makespan(durations: list[float], slots: int) -> float:
     free = [0.0] * slots
     for d in durations:
         free[free.index(min(free))] += d
-    return max(free, default=0.0)
+    return max(free)  # slots >= 1
 
 
 # ---- the measurements ------------------------------------------------------------------------------------------
@@ -165,10 +165,10 @@ def trial_seconds(cfg: Config, stage: str, figs: dict) -> dict[str, float | None
             "SWA": swa, "evaluation": final}
 
 
-def machine() -> str:
+def machine(cpuinfo: str = "/proc/cpuinfo") -> str:
     """This machine's processor, as /proc/cpuinfo names it (else platform's word for it)."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine() or "unknown processor"
@@ -186,7 +186,7 @@ def wall_time(spec: Spec, figs: dict, cores: int | None = None) -> dict:
     trials_s, teachers_s = makespan(durations, slots), sum(t or 0.0 for t in teachers)
     complete = None not in teachers and all(v is not None for s in per_unit for v in s.values())
     return {"units": per_unit, "teachers_s": teachers_s, "teachers": len(teachers), "trials_s": trials_s,
-            "trials": len(durations), "trial_s": [min(durations, default=0), max(durations, default=0)],
+            "trials": len(durations), "trial_s": [min(durations), max(durations)],  # a spec has trials
             "concurrency": slots, "cores": cores, "total_s": teachers_s + trials_s, "complete": complete,
             "machine": machine(), "measured_s": figs["seconds"], "figures": figs}
 

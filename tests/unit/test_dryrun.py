@@ -8,6 +8,7 @@ import pytest
 
 from ssat.config import from_dict
 from ssat.presets import preset
+from ssat.schedules import schedule_table
 from sweeps.costs import (TRIAL_STAGES, Measurements, engine_mode, estimate, final_images, read_records,
                           validation_epochs)
 from sweeps.dryrun import COSTS_PAGE, costs_page, describe, dry_run, gpu_choice, schedule_lines
@@ -286,6 +287,7 @@ def test_a_search_counts_search_trials_without_and_confirm_trials_with_final_eva
                and ln.endswith("eval - per trial") for ln in lines)
     assert "search trials counted at full length: at most" in "\n".join(lines)
     assert json.loads((tmp_path / "est.json").read_text())["stages"]["evaluation"]["of"] == 4
+    assert (tmp_path / "est.json").read_text() == json.dumps(est, indent=1, sort_keys=True) + "\n"
 
 
 def test_gpu_names_are_checked_against_the_measured_ones(tmp_path):
@@ -346,3 +348,88 @@ def test_without_records_the_estimate_reads_the_users_calibrations(tmp_path, mon
     assert est["gpu"] == GPU and est["total"]["complete"] is True
     assert est["measured"][GPU] == ["training", "eval", "teacher", "packing"]
     assert hours(est) == hours(estimate(tiny_spec(), "t1000", fake_results(tmp_path)))
+
+
+def test_the_dryrun_commands_help_table_and_options(tmp_path, capsys, monkeypatch):
+    import sweeps.dryrun as DR
+
+    with pytest.raises(SystemExit) as end:
+        DR.main(["--help"])
+    assert end.value.code == 0
+    said = capsys.readouterr().out
+    assert "A sweep's cost, or docs/costs.md." in said.splitlines()
+    text = " ".join(said.split())  # argparse wraps lines
+    for said in ("usage: python -m sweeps.dryrun [-h] [--gpu NAME] [--json PATH] [--no-measure] [--table] [--check] "
+                 "[spec]", "A sweep's cost, or docs/costs.md.",
+                 "spec a sweep spec: its dry run (as `python -m sweeps run SPEC --dry-run`)",
+                 "--gpu NAME estimate every stage on this measured GPU type",
+                 "--json PATH also write the numbers as JSON",
+                 "--no-measure CPU trials: do not time them on this machine",
+                 "--table write docs/costs.md", "--check with --table: exit 1 if the page is out of date"):
+        assert said in text, said
+    with pytest.raises(SystemExit) as end:
+        DR.main([])
+    assert end.value.code == 2 and capsys.readouterr().err.endswith("error: name a SPEC, or --table\n")
+    page = tmp_path / "docs" / "costs.md"
+    page.parent.mkdir()
+    monkeypatch.setattr(DR, "ROOT", tmp_path)
+    monkeypatch.setattr(DR, "COSTS_PAGE", page)
+    monkeypatch.setattr(DR, "costs_page", lambda: "the page\n")
+    assert DR.main(["--table", "--check"]) == 1 and not page.exists()
+    assert capsys.readouterr().out == f"{page}: out of date; run python -m sweeps.dryrun --table\n"
+    assert DR.main(["--table"]) == 0 and page.read_text() == "the page\n"
+    assert capsys.readouterr().out == f"wrote {page}\n"
+    assert DR.main(["--table", "--check"]) == 0
+    assert capsys.readouterr().out == f"{page}: up to date\n"
+    page.write_text("an older page\n")
+    assert DR.main(["--table", "--check"]) == 1 and page.read_text() == "an older page\n"
+    capsys.readouterr()
+    monkeypatch.setenv("SSAT_CALIBRATION_DIR", str(tmp_path / "none"))
+    spec = str(SPECS / "gpu-smoke.yaml")
+    assert DR.main([spec, "--gpu", "h100", "--json", str(tmp_path / "e.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "GPU-hours on NVIDIA H100 80GB HBM3 per stage:" in out
+    assert any(f"python -m sweeps calibrate {spec} --missing-only" in ln for ln in out)
+    assert json.loads((tmp_path / "e.json").read_text())["gpu"] == "NVIDIA H100 80GB HBM3"
+
+
+def test_each_line_of_a_dry_run_word_for_word(tmp_path):
+    records = fake_results(tmp_path)
+    lines = []
+    raw = tiny_raw(resources={"cpu": 1, "gpu": 1}, seeds=[0], overrides={**TINY, "eval.autoattack_seeds": [10]},
+                   search={"num_samples": 5, "space": {"method.beta": {"float": [0, 1]}},
+                           "confirm": {"top_k": 2, "seeds": [10, 11]}})
+    raw.pop("grid")
+    dry_run(parse_spec(raw), out=lines.append, gpu="H100", records=records, verbose=True)
+    h100 = "NVIDIA H100 80GB HBM3"
+    assert lines[0] == ("sweep tiny: preset cifar10-ssat-mbi, stage search, 5 search + 4 confirm trial(s), resources "
+                        "per trial {'cpu': 1, 'gpu': 1}, max concurrent 1")
+    unit = next(ln for ln in lines if ln.startswith("- confirm top-2 seed 10"))
+    assert unit == (f"- confirm top-2 seed 10 (x2, full budget, final evaluation): the base | GPU-hours 0.51 (paper) | "
+                    f"{h100}, graph+compile+fused: train not measured, val not measured, SWA not measured, eval not "
+                    "measured per trial")
+    cfg = parse_spec(raw).config_for({}, 10)
+    assert lines[lines.index(unit) + 1] == "  config " + json.dumps(cfg.to_flat(), sort_keys=True)
+    assert lines[lines.index(unit) + 2] == "  eps_max  " + " ".join(
+        f"{round(x, 6):g}" for x in schedule_table(cfg)["eps_max"])
+    assert lines[lines.index(unit) + 2].startswith("  eps_max  0.005602 0.011204 ")  # 6 decimals
+    assert lines[lines.index("schedules:") + 1].endswith("  [confirm top-2, search]")
+    assert ('search space {"method.beta": {"float": [0, 1]}}; confirm {\'top_k\': 2, \'seeds\': [10, 11]}'
+            in lines)
+    whole = []
+    dry_run(tiny_spec(resources={"cpu": 1, "gpu": 1}), out=whole.append, gpu="t1000", records=records)
+    first = next(ln for ln in whole if ln.startswith("- "))
+    assert first == (f"- r seed 0: the base | GPU-hours 0.51 (paper) | {GPU}, graph+compile+fused: train 0.00, "
+                     "val 0.01, SWA 0.02, eval 0.00")
+    demo = []
+    dry_run(load_spec(SPECS / "mnist5k-demo.yaml"), out=demo.append)
+    assert demo[0].startswith("sweep mnist5k-demo: preset mnist5k-ssat-mbi, stage demo, 14 trial(s), resources ")
+    assert "  eps 0.3; rho 0.05; lr 0.05, then x0.1 from 49  [const|off, const|on, standard]" in demo
+    amb = []
+    dry_run(tiny_spec(), out=amb.append, gpu="NVIDIA", records=records)
+    assert amb[1] == (f"  (--gpu 'NVIDIA' names several measured GPUs: {h100}, {GPU}; name one. The paper's figures "
+                      "only)")
+    gone = []
+    dry_run(tiny_spec(), out=gone.append, gpu="A100", records=records)
+    assert ("  what is not measured, measured on a A100: python -m sweeps calibrate SPEC --missing-only (minutes; the "
+            "dry run then reads your figures first)") in gone

@@ -26,8 +26,10 @@ def demo(**kw):
     ({}, 28),  # 100 labeled + 3,400 unlabeled in batches of 128: 27 and one of 44
     ({"optim.batch_size": 32, "data.n_unlabeled": 500}, 19),  # the demo's: 600 images
     ({"data.n_val": 1055, "data.fully_labeled": True, "method.lam": 0.0}, 23),  # 2,945 = 23 x 128 + 1 labeled
-    ({"data.n_labeled": 250, "optim.batch_size": 64}, 55),  # 250 + 3,250 = 54 x 64 + 44
+    ({"data.n_labeled": 250, "data.n_unlabeled": 500, "optim.batch_size": 64}, 12),  # 750 = 11 x 64 + 46
     ({"data.unlabeled_includes_labeled": True}, 29),  # 100 + 3,500
+    ({"data.unlabeled_includes_labeled": True, "data.n_val": 130}, 32),  # 100 + 3,870 = 31 x 128 + 2
+    ({"data.fully_labeled": True, "data.unlabeled_includes_labeled": True, "method.lam": 0.0}, 28),  # no unlabeled
     ({"optim.batch_size": 32, "data.n_unlabeled": 189}, 9)])  # 289 = 9 x 32 + 1: the single image is left out
 def test_epoch_steps_are_the_splits_batches(dotted, steps):
     cfg = from_dict(preset("mnist5k-ssat-mbi"), dotted)
@@ -73,6 +75,8 @@ def test_trials_at_once_and_in_what_order():
     assert [W.concurrency(wide, c) for c in (3, 8)] == [3, 4]
     two = parse_spec({**spec.source, "resources": {"cpu": 2, "gpu": 0}, "max_concurrent": 4})
     assert [W.concurrency(two, c) for c in (1, 4, 5, 16)] == [1, 2, 2, 4]
+    tenth = parse_spec({**spec.source, "resources": {"cpu": 0.1, "gpu": 0}, "max_concurrent": 20})
+    assert [W.concurrency(tenth, c) for c in (1, 3)] == [10, 20]  # 1 // 0.1 is 9.0 in floating point
     assert W.makespan([3, 1, 1, 1], 2) == 3 and W.makespan([1, 1, 1], 2) == 2 and W.makespan([], 3) == 0
     assert W.makespan([1, 1, 3], 2) == 4  # in the spec's order, each to the first free slot: not sorted
     assert W.makespan([2, 2, 2, 2], 4) == 2 and W.makespan([5, 1, 1], 1) == 7
@@ -111,9 +115,28 @@ def test_the_demos_wall_time_by_hand():
     assert not no_teacher["complete"] and no_teacher["total_s"] == pytest.approx(3 * off + 3 * on + std)
 
 
+def test_a_trials_seconds_take_its_own_figures():
+    from sweeps.costs import attack_work, final_images
+
+    spec = demo()
+    cfg = spec.trials()[0].config
+    assert W.trial_seconds(cfg, "grid", figures(spec, eval={})) == {
+        "training": pytest.approx(13.3), "validation": None, "SWA": 0, "evaluation": None}  # no figure: not measured
+    tf32 = cfg.replace(**{"eval.tf32": True})
+    figs = figures(spec)
+    figs["eval"][json.dumps(["cnn-small", True])] = {"clean": 10.0, "pgd10": 20.0, "pgd20": 40.0}
+    assert W.trial_seconds(tf32, "grid", figs)["evaluation"] == pytest.approx(50.0)  # TF32's own figures
+    c = from_dict(preset("cifar10-ssat-mbi"), {"eval.test_n": 1000, "eval.autoattack_n": 100})
+    attacks = attack_work(final_images(c, "grid"), "cifar10")
+    assert attacks["apgd-t"] == pytest.approx(100 * 0.5539)  # run on the images still robust (sweeps.costs)
+    per = {a: 1.0 for a in attacks}
+    got = W.trial_seconds(c, "grid", {"training": {}, "eval": {json.dumps([c.model.name, False]): per}})
+    assert got["evaluation"] == pytest.approx(sum(attacks.values()) / 1000) and got["training"] is None
+
+
 def test_durations_read_well():
-    assert [W.dur(s) for s in (0.453, 8.26, 41.4, 119, 120, 295.35, 7199, 7200, 9000)] == [
-        "0.45 s", "8.3 s", "41 s", "119 s", "2.0 min", "4.9 min", "120.0 min", "2.0 h", "2.5 h"]
+    assert [W.dur(s) for s in (0.453, 8.26, 41.4, 119, 120, 295.35, 7199, 7200, 8460)] == [
+        "0.45 s", "8.3 s", "41 s", "119 s", "2.0 min", "4.9 min", "120.0 min", "2.0 h", "2.4 h"]
     assert W.unit_text({"training": 13.3, "validation": None, "SWA": 0, "evaluation": 5.0}) == (
         "this machine: train 13 s, val not measured, SWA -, eval 5 s")
 
@@ -233,21 +256,36 @@ def test_cpu_trials_with_a_gpu_named_get_both(monkeypatch):
     assert lines.index("GPU-hours on NVIDIA H200 per stage:") > lines.index(
         next(ln for ln in lines if ln.startswith("wall time on this machine")))
     assert lines[-1].startswith("total: 14 CPU trial(s); on this machine: 4.9 min wall time (measured now); nothing")
+    assert lines[3].endswith("| CPU trial | this machine: train 13 s, val 12 s, SWA -, eval 5 s | NVIDIA H200, "
+                             "graph+compile+fused: train -, val -, SWA -, eval -")  # no GPU-hours: CPU trials
+
+
+def test_the_dryrun_command_times_cpu_trials_unless_told_not(monkeypatch, capsys):
+    from sweeps.dryrun import main
+
+    monkeypatch.setattr(W, "measure", lambda s: figures(s))
+    monkeypatch.setattr(W.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert main([str(DEMO)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == ("total: 14 CPU trial(s); on this machine: 4.9 min wall time "
+                                                        "(measured now); nothing was started")
 
 
 def test_the_search_and_uniform_trials_read_so(monkeypatch):
     spec = demo(rows=["const|on"])  # two trials alike: "of 44 s each"
     wt = W.wall_time(spec, figures(demo()), cores=2)
     text = W.lines(spec, wt)
-    assert text[-3] == ("  trials     44 s: 2 trial(s) of 44 s each, 2 at a time (max_concurrent 2, 1 CPU(s) a trial on "
-                        "2 core(s))")
+    assert text[-3] == ("  trials     44 s: 2 trial(s) of 44 s each, 2 at a time (max_concurrent 2, 1 CPU(s) a trial "
+                        "on 2 core(s))")
     search = load_spec(DEMO.parent / "mnist5k-search.yaml")
     base = W.step_key(search.base_config())
     figs = {"training": {base: 0.01}, "eval": {json.dumps(["cnn-small", False]): {"clean": 1.0, "pgd10": 2.0,
                                                                                    "pgd20": 4.0, "pgd40": 8.0}},
             "teacher": {}, "errors": [], "seconds": 1.0}
-    lines = W.lines(search, W.wall_time(search, figs, cores=2))
-    assert "; search trials at full length: at most, as ASHA may stop them early" in lines[-3]
+    wt = W.wall_time(search, figs, cores=2)
+    assert [u.stage for u in W.units(search)] == ["search", "confirm", "confirm"]
+    assert wt["units"][0]["evaluation"] == 0 and wt["units"][1]["evaluation"] > 0  # search trials: no final one
+    lines = W.lines(search, wt)
+    assert lines[-3].endswith(" core(s)); search trials at full length: at most, as ASHA may stop them early")
     assert lines[0].endswith("(in 1 s; --no-measure skips it):")  # no load average given: none said
 
 
@@ -284,10 +322,35 @@ def test_what_is_timed_and_how(monkeypatch):
     assert list(figs["training"].values()) == [pytest.approx(step)] * 3
     assert figs["teacher"] == {W.teacher_identity(demo().trials()[0].config): None}
     assert figs["errors"] == ["teacher: RuntimeError: no teacher"]
+    assert 0 < figs["seconds"] < 30
     calls.clear()
-    small = demo(sets={"eval.batch_size": 50, "system.threads": 3})
-    W.measure(small)
-    assert calls[0][1] == 3 and calls[3][2]["n"] == 50  # at most eval.batch_size images; system.threads wins
+    monkeypatch.setattr(W.os, "getloadavg", lambda: (1.5, 2.5, 3.5))
+    small = demo(sets={"eval.batch_size": 50, "system.threads": 3, "eval.tf32": True})
+    figs = W.measure(small)
+    assert calls[0][1] == calls[3][1] == calls[4][1] == 3  # system.threads wins, the teacher's too
+    assert calls[3][2]["n"] == 50 and figs["load"] == 1.5  # at most eval.batch_size images; the 1-minute load
+    assert list(figs["eval"]) == [json.dumps(["cnn-small", True])]
+    monkeypatch.setattr(W, "_timed", lambda kind, cfg, threads, **job: (None, f"E {kind}"))
+    assert W.measure(demo())["errors"] == ["training (const|off): E training", "training (const|on): E training",
+                                            "training (standard): E training", "evaluation (cnn-small): E eval",
+                                            "teacher: E teacher"]
+    search = load_spec(DEMO.parent / "mnist5k-search.yaml", sets={"eval.autoattack": True,
+                                                                   "eval.autoattack_seeds": [0]})
+    calls.clear()
+    monkeypatch.setattr(W, "_timed", timed)
+    W.measure(search)  # AutoAttack only for seed 0, a search trial's: none runs (no final evaluation in a search)
+    assert calls[1][2]["attacks"] == ["clean", "pgd10", "pgd20"]
+
+
+def test_a_job_runs_on_the_trials_threads_and_restores_them(monkeypatch):
+    import torch
+
+    import sweeps.measure as M
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(M, "run_here", lambda job: [torch.get_num_threads(), job["device"], job["kind"]])
+    assert W._timed("eval", demo().base_config(), 3) == ([3, "cpu", "eval"], "")
+    assert torch.get_num_threads() == before
 
 
 def test_a_job_that_fails_is_not_measured_with_its_reason(monkeypatch):
@@ -300,7 +363,36 @@ def test_a_job_that_fails_is_not_measured_with_its_reason(monkeypatch):
     assert W._timed("eval", demo().base_config(), 1) == (None, "RuntimeError: " + "x" * 200)
 
 
-def test_the_machine_is_named_by_its_processor():
+def test_one_trial_and_settings_that_differ_in_two_keys(monkeypatch):
+    raw = {**demo().source, "seeds": [0], "grid": [{"row": "a", "set": {}},
+                                                   {"row": "b", "set": {"attack.steps": 5, "method.K": 2}}]}
+    spec = parse_spec(raw)
+    us = W.units(spec)
+    figs = {"training": {W.step_key(us[0].cfg): 0.5, W.step_key(us[1].cfg): 0.00125}, "eval": {}, "teacher": {},
+            "errors": [], "seconds": 1.0}
+    text = W.lines(spec, W.wall_time(spec, figs, cores=2))
+    assert text[1] == "  training   cnn-small ssat-mbi: 500.0 ms a step x 19 steps = 9.5 s an epoch on 1 thread(s) [a]"
+    assert text[2].startswith("  training   cnn-small ssat-mbi (attack.steps=5, method.K=2): 1.2 ms a step x 19 ")
+    one = parse_spec({**raw, "grid": raw["grid"][:1]})
+    assert W.lines(one, W.wall_time(one, figs, cores=2))[1] == text[1]  # a single trial: its own base
+
+
+def test_the_machine_is_named_by_its_processor(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU: v2 @ 2GHz\nflags\t: x\n")
+    assert W.machine(str(info)) == "Some CPU: v2 @ 2GHz"
+    info.write_text("processor\t: 0\n")  # no model name (some ARM kernels): the platform's word
+    monkeypatch.setattr(W.platform, "processor", lambda: "")
+    monkeypatch.setattr(W.platform, "machine", lambda: "aarch64")
+    assert W.machine(str(info)) == "aarch64" and W.machine(str(tmp_path / "none")) == "aarch64"
+    monkeypatch.setattr(W.platform, "processor", lambda: "arm")
+    assert W.machine(str(info)) == "arm"
+    monkeypatch.setattr(W.platform, "processor", lambda: "")
+    monkeypatch.setattr(W.platform, "machine", lambda: "")
+    assert W.machine(str(info)) == "unknown processor"
+
+
+def test_the_machines_own_processor():
     try:
         with open("/proc/cpuinfo") as f:
             expected = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
