@@ -71,10 +71,10 @@ def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
     for _, run in trials[trials["meta.seed"].astype(int).isin(seeds)].iterrows():
         for ckpt in e.autoattack_checkpoints:
             if pd.notna(run.get(f"metric.test/{ckpt}/autoattack")):
-                log(f"  {row} seed {run['meta.seed']}: {ckpt} checkpoint has AutoAttack already")
+                log(f"  {run['run_name']}: {ckpt} checkpoint has AutoAttack already")
                 continue
             metrics, tags = _autoattack(paths.sweep_dir / "artifacts" / run["meta.key"] / f"{ckpt}.pt", ckpt, cfg,
-                                        log=lambda s, r=run: log(f"  {row} seed {r['meta.seed']}: {s.strip()}"))
+                                        log=lambda s, r=run: log(f"  {r['run_name']}: {s.strip()}"))
             tracker.log_final(run["meta.key"], metrics, tags, int(run["metric.time/epochs"]))
     if not tracker.flush(timeout=60):
         raise SweepError(f"the AutoAttack results of {row} could not be written to {uri}; they wait in "

@@ -27,12 +27,12 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     assert "/runs?workflowType=machine_learning" in out  # the runs, not MLflow 3's GenAI overview
     # the final evaluation shows in the driver's console, from the trial's log (sweeps.progress_callback); the trials
     # skip AutoAttack: it runs once, after them, on the best row's seeds in eval.autoattack_seeds
-    assert "seed 0: final evaluation: best checkpoint on 60 test images, PGD-10, PGD-20\n" in out
+    assert " s0: final evaluation: best checkpoint on 60 test images, PGD-10, PGD-20\n" in out
     runs = load_mlflow_runs(["mnist5k-demo"], f"sqlite:///{tmp_path / 'mlflow.db'}")
     trials = runs[runs["meta.kind"] == "trial"]
     best = trials.groupby("meta.row")["metric.test/best/pgd20"].mean().idxmax()
     assert f"[stage] autoattack: the best row {best} (test PGD-20 " in out
-    assert f"  {best} seed 0: autoattack: apgd-ce (1/4) on 8 images" in out
+    assert f"  {best} s0: autoattack: apgd-ce (1/4) on 8 images" in out
     with_aa = trials[trials["metric.test/best/autoattack"].notna()]
     assert sorted(with_aa["meta.row"]) == [best, best] and sorted(with_aa["meta.seed"]) == [0, 1]
     assert (with_aa["metric.test/best/autoattack/square"] == with_aa["metric.test/best/autoattack"]).all()
@@ -46,7 +46,7 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     # run again: the finished sweep is found, nothing is retrained
     assert sweeps_main(["demo", "--workdir", str(tmp_path), "--epochs", "2", "--seeds", "0", "1", "--set", *SMALL]) == 0
     out = capsys.readouterr().out
-    assert "found the finished sweep" in out and f"  {best} seed 0: best checkpoint has AutoAttack already" in out
+    assert "found the finished sweep" in out and f"  {best} s0: best checkpoint has AutoAttack already" in out
     again = load_mlflow_runs(["mnist5k-demo"], f"sqlite:///{tmp_path / 'mlflow.db'}")
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     for rid in with_aa["run_id"]:  # the rerun added no second AutoAttack value

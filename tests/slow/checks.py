@@ -420,7 +420,7 @@ def check_sweep_requeued_cancelled_resumed(context: dict) -> None:
     after = context["after_cancel"]
     assert {r["status"] for r in after.values()} == {"FINISHED", "KILLED"}, after  # the teacher FINISHED
     killed = {k: r["ssat.status"] for k, r in after.items() if r["status"] == "KILLED"}
-    assert sorted(killed) == sorted([name, "curious|on-seed0", "curious|on-seed1"]), after
+    assert sorted(killed) == sorted([name, "curious|on s0", "curious|on s1"]), after
     # Whoever ended a run (the driver, on settle's Ctrl+C within its grace, or settle after it), its reason names
     # SLURM's job, never "Ctrl+C" (stop 38's CI: a driver that stopped in time said "interrupted (Ctrl+C)").
     for reason in killed.values():

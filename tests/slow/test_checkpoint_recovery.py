@@ -161,9 +161,9 @@ def test_a_checkpoint_that_is_gone_resumes_from_the_one_before_or_starts_over(ra
     no_traceback(out)
     one = registered["const|on"].parent
     two = registered["curious|on"].parent
-    assert (f"[sweep] const|on seed 0: {one}/checkpoint_000001 is gone from storage; resumed from checkpoint_000000 "
+    assert (f"[sweep] const|on s0: {one}/checkpoint_000001 is gone from storage; resumed from checkpoint_000000 "
             "(epoch 1), epoch 2 retrained") in out, out[-4000:]
-    assert (f"[sweep] curious|on seed 0: {two}/checkpoint_000001 is gone from storage; no older checkpoint is left: "
+    assert (f"[sweep] curious|on s0: {two}/checkpoint_000001 is gone from storage; no older checkpoint is left: "
             "started over, epochs 1-2 retrained") in out, out[-4000:]
     assert "[stage] grid: 2/2 trials finished" in out
     runs = assert_finished_once_each(tmp_path, name, 2)
@@ -183,7 +183,7 @@ def test_a_torn_checkpoint_is_named_in_storage_and_the_one_before_is_used(ray_lo
     assert rc == 0, out[-4000:]
     no_traceback(out)
     lines = [ln for ln in out.splitlines() if "failed its checksum" in ln]
-    assert lines == [f"[sweep] const|on seed 0: {registered}/state.pt failed its checksum; resumed from "
+    assert lines == [f"[sweep] const|on s0: {registered}/state.pt failed its checksum; resumed from "
                      "checkpoint_000000 (epoch 1), epoch 2 retrained"], out[-4000:]
     run = assert_finished_once_each(tmp_path, name, 1)["const|on"]
     assert run.data.tags["ssat.recovery"] == ("checkpoint_000001/state.pt failed its checksum; resumed from "
@@ -208,7 +208,7 @@ def test_every_checkpoint_torn_fails_with_the_reason_and_the_printed_hint_finish
     reason = ("checkpoint_000001/state.pt failed its checksum, checkpoint_000000/state.pt failed its checksum; no "
               "intact checkpoint is left, so the trial fails (resume the sweep with --rerun-failed to start it over)")
     failed = [ln for ln in out.splitlines() if ": FAILED: " in ln]
-    assert failed == [f"[sweep] const|on seed 0: FAILED: {folder}/checkpoint_000001/state.pt failed its checksum, "
+    assert failed == [f"[sweep] const|on s0: FAILED: {folder}/checkpoint_000001/state.pt failed its checksum, "
                       f"{folder}/checkpoint_000000/state.pt failed its checksum; no intact checkpoint is left, so the "
                       "trial fails (resume the sweep with --rerun-failed to start it over)"], out[-4000:]
     hint = f"python -m sweeps resume {name} --workdir {tmp_path}"

@@ -69,7 +69,7 @@ def test_a_second_driver_is_refused_while_the_first_runs_and_the_first_finishes(
     retried = sorted(ln.split(": attempt")[0] for ln in out.splitlines()
                      if ": attempt 2 of 3, after epoch 1: its worker process died (ActorDiedError); it resumes from "
                         "its last checkpoint (details: " in ln)
-    assert retried == ["[sweep] const|on seed 0", "[sweep] curious|on seed 0"], out[-3000:]
+    assert retried == ["[sweep] const|on s0", "[sweep] curious|on s0"], out[-3000:]
     assert_no_traceback(out)
     log = (work / "runs" / "sweeps" / NAME / "sweep.log").read_text()
     assert log.count("Trial task failed for trial") == 2 and "ActorDiedError" in log and "A worker died" in log

@@ -13,6 +13,7 @@ are one line each, every run FINISHED with epochs 1-3 once each.
 """
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -27,8 +28,13 @@ from tests.sockets import listening_sockets
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_a_local_sweep_listens_on_loopback_only_and_a_signal_stops_it_as_ctrl_c_does(sweep, teachers, sig):
+@pytest.mark.parametrize("sig,group", [(signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGTERM, True),
+                                       (signal.SIGHUP, True)],
+                         ids=["SIGTERM", "SIGHUP", "SIGTERM-to-the-group", "SIGHUP-to-the-group"])
+def test_a_local_sweep_listens_on_loopback_only_and_a_signal_stops_it_as_ctrl_c_does(sweep, teachers, sig, group):
+    """`group`: the signal goes to the driver's whole process group, as a closed terminal, `timeout`, systemd or a
+    container's stop send it (issue 44, item 1): Ray's processes are not in it, so the driver alone stops the
+    sweep, as for its own signal (before, Ray's GCS and raylet died with it and its runs stayed RUNNING)."""
     work, env = sweep
     env = sweep_env(work, env["SSAT_RAY_TMPDIR"], teachers, fault="pause@2:1,exit@3:1")
     driver = start_driver(work, env, epochs=3)
@@ -42,7 +48,7 @@ def test_a_local_sweep_listens_on_loopback_only_and_a_signal_stops_it_as_ctrl_c_
         # it measured Ray's tree, not an empty one: the GCS, the raylet, both paused trial workers and the driver
         assert "gcs_server" in programs and "raylet" in programs and len(sockets) >= 8, sockets
         t0 = time.monotonic()
-        driver.send_signal(sig)
+        os.killpg(driver.pid, sig) if group else driver.send_signal(sig)
         rc = driver.wait(180)
         print(f"{sig.name} to exit {rc} in {time.monotonic() - t0:.1f} s")
     finally:
@@ -68,7 +74,9 @@ def test_a_local_sweep_listens_on_loopback_only_and_a_signal_stops_it_as_ctrl_c_
     assert parent.info.status == "KILLED" and parent.data.tags["ssat.status"].startswith(
         f"KILLED: interrupted ({sig.name}) in stage grid; resume with: ")
 
-    if sig != signal.SIGTERM:
+    assert not (work / "runs" / "sweeps" / NAME / "driver.lock").exists()
+    assert not (work / "runs" / "sweeps" / NAME / "disk_reserve").exists()
+    if sig != signal.SIGTERM or group:
         return  # the resume after a stop is the same whatever stopped it: once is enough
     res = cli(env, "resume", NAME, "--workdir", str(work))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -78,5 +86,47 @@ def test_a_local_sweep_listens_on_loopback_only_and_a_signal_stops_it_as_ctrl_c_
     retried = sorted(ln.split(": attempt")[0] for ln in res.stdout.splitlines()
                      if re.search(r": attempt [23] of 3, after epoch 2: its worker process died \(ActorDiedError\); "
                                   r"it resumes from its last checkpoint \(details: .*/error\.txt\)$", ln))
-    assert retried == ["[sweep] const|on seed 0", "[sweep] curious|on seed 0"], res.stdout[-3000:]
+    assert retried == ["[sweep] const|on s0", "[sweep] curious|on s0"], res.stdout[-3000:]
     assert_finished_unharmed(work, epochs=3)
+
+
+@pytest.mark.parametrize("stage", ["teacher", "ray"])
+def test_a_group_sigterm_in_the_teacher_or_ray_stage_ends_the_sweep_cleanly(tmp_path, stage):
+    """Issue 44, items 1 and 3: SIGTERM to the driver's group while its teacher trains, or while its local Ray
+    starts (Ray's own handler used to exit 15 there, leaving the run RUNNING, with no message): exit 1, INCOMPLETE
+    in that stage, no run RUNNING, no traceback, and `resume` goes on."""
+    import tempfile
+
+    from real_driver import kill_ray_leftovers
+
+    work = tmp_path / "w"
+    work.mkdir()
+    ray_tmp = tempfile.mkdtemp(prefix="rd", dir="/tmp")
+    teachers = tmp_path / "teachers"  # its own: the teacher trains in this sweep
+    env = sweep_env(work, ray_tmp, teachers, fault="")
+    driver = start_driver(work, env, epochs=2)
+    marker = "teacher step " if stage == "teacher" else "[stage] teacher: "
+    try:
+        deadline = time.monotonic() + 480
+        while marker not in (work / "driver.log").read_text():
+            assert driver.poll() is None and time.monotonic() < deadline, (work / "driver.log").read_text()[-3000:]
+            time.sleep(0.05)
+        os.killpg(driver.pid, signal.SIGTERM)
+        rc = driver.wait(180)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        kill_ray_leftovers(ray_tmp)
+    out = (work / "driver.log").read_text()
+    assert rc == 1, out[-3000:]
+    stopped_in = re.search(rf"sweep {NAME} is INCOMPLETE: stage (\w+) interrupted \(SIGTERM\)", out)
+    assert stopped_in and stopped_in.group(1) in ({"teacher"} if stage == "teacher" else {"ray", "grid"}), out[-3000:]
+    assert_no_traceback(out)
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(NAME).experiment_id], max_results=100)
+    assert runs and not [r.data.tags.get("ssat.key") for r in runs if r.info.status == "RUNNING"]
+    res = cli(env, "resume", NAME, "--workdir", str(work))
+    kill_ray_leftovers(ray_tmp)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert_finished_unharmed(work, epochs=2)

@@ -433,3 +433,25 @@ def test_each_line_of_a_dry_run_word_for_word(tmp_path):
     dry_run(tiny_spec(), out=gone.append, gpu="A100", records=records)
     assert ("  what is not measured, measured on a A100: python -m sweeps calibrate SPEC --missing-only (minutes; the "
             "dry run then reads your figures first)") in gone
+
+
+def test_the_dry_run_with_reuse_marks_the_reused_trials_and_says_what_they_save():
+    """run --dry-run --reuse: the trials a finished run of the store stands in for (sweeps.reuse) are marked, and
+    their cost is said as saved (the paper's GPU-hours of a CIFAR grid here)."""
+    from sweeps.dryrun import dry_run
+    from sweeps.spec import load_spec
+
+    spec = load_spec(SPECS / "paper-table2-ablation.yaml")
+    lines = []
+    est = dry_run(spec, lines.append, records=[], reused={("linear|on", 0): "old-sweep", ("linear|on", 1): "old-sweep",
+                                                           ("const|off", 2): "other"})
+    marked = [ln for ln in lines if ln.endswith(("| reused from old-sweep", "| reused from other"))]
+    assert len(marked) == 3 and all(ln.startswith(("- linear|on seed 0", "- linear|on seed 1", "- const|off seed 2"))
+                                    for ln in marked)
+    one = est["units"][0]["paper_gpu_hours"]
+    assert est["reuse"]["trials"] == 3 and abs(est["reuse"]["paper_gpu_hours"] - 3 * one) < 1e-9
+    said = next(ln for ln in lines if ln.startswith("reuse: "))
+    assert said == ("reuse: 3 of 18 trials have a finished run in the store (2 from old-sweep, 1 from other) "
+                    f"and would not train: saves {3 * one:.1f} GPU-h of the paper's")
+    assert dry_run(spec, lines.append, records=[], reused={}).get("reuse") == {
+        "trials": 0, "paper_gpu_hours": 0, "gpu_hours": 0, "cpu_seconds": 0}
