@@ -145,6 +145,7 @@ class Interrupt:
         self.in_tune = False
         self.cause_file = cause_file
         self.stopping = False  # the driver records a stop: another signal is said and otherwise ignored
+        self.holding = False   # inside `held`: a signal's stop waits for the block's end
 
     def signal_cause(self, signum: int) -> str:
         with contextlib.suppress(OSError, UnicodeDecodeError):
@@ -173,8 +174,25 @@ class Interrupt:
             _quiet_console()
         if self.stopping:
             return
-        if not self.request(self.signal_cause(signum)):
+        if not self.request(self.signal_cause(signum)) and not self.holding:
             raise KeyboardInterrupt
+
+    def check(self) -> None:
+        """KeyboardInterrupt when a stop was asked: at a stage's end, in case the one its signal raised was lost (a
+        KeyboardInterrupt raised inside a library's `finally` or a __del__ is printed and dropped by Python)."""
+        if self.requested:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self):
+        """A block a signal must not cut in the middle (the local Ray's start: a KeyboardInterrupt inside ray.init
+        landed in its logging's lock release and was dropped, and the sweep ran on): the stop comes at its end."""
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        self.check()
 
     @contextlib.contextmanager
     def installed(self):
@@ -372,10 +390,12 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
             tracker = _open_sweep_run(spec, paths, state, log)
             stage = "teacher"
             teacher_runs = _teacher_stage(spec, paths, tracker, log)
+            interrupt.check()
             stage = "ray"
-            init_ray(state.args.address)
-            if lock is not None and not state.args.address:
-                lock.update(ray_session=_ray_session_dir())
+            with interrupt.held():
+                init_ray(state.args.address)
+                if lock is not None and not state.args.address:
+                    lock.update(ray_session=_ray_session_dir())
             check_gpu(spec)
             meta = {**state.code, "teacher_dir": str(paths.teacher_dir), "compile_cache": str(paths.compile_cache),
                     "teacher_run_id": next(iter(teacher_runs.values()), None)}
