@@ -93,3 +93,39 @@ def test_the_markdown_report_has_a_verdict_and_numbers_per_run():
     assert "'not training': the final loss is >= 95% of epoch 1's" in text
     short = cv.to_markdown(cv.convergence_frame(runs_frame([("n0", "nan-row", 0)]), hist("n0", [2.0], [50], [9])))
     assert "| nan-row | 0 | 1 | - | - | - | - | - | - | - |" in short
+
+
+# ---- issue 42: a row is named by the configuration's short label ---------------------------------------------------
+def test_rows_are_the_short_labels_of_today_and_of_older_runs():
+    """Today's runs carry ssat.label (the grid row, or the sampled values without the seed): a search trial's row is
+    it, even beside tracked params that do not apply to it (attack.gamma of a Linear trial). A run from before the
+    label tag: its row; a search run from before it: its sampled.<key> values and the config hash's first 4."""
+    from analysis.collect import runs_frame as typed_frame
+
+    base = {"meta.kind": "trial", "param.attack.gamma": "1.25", "param.method.K": "10"}
+    runs = typed_frame([
+        {**base, "run_id": "new0", "meta.stage": "search", "meta.label": "linear t=3 beta=0.94 #4e14",
+         "param.attack.schedule": "linear", "param.attack.t": "3", "param.method.beta": "0.94", "param.seed": "0"},
+        {**base, "run_id": "grid0", "meta.stage": "grid", "meta.label": "linear|on", "meta.row": "linear|on",
+         "param.attack.schedule": "linear", "param.seed": "0"},
+        {**base, "run_id": "old0", "meta.stage": "grid", "meta.row": "curious|on", "param.attack.schedule": "curious",
+         "param.seed": "1"},
+        {**base, "run_id": "olds0", "meta.stage": "search", "meta.config_hash": "9a8b7c6d5e4f",
+         "param.sampled.attack.schedule": "linear", "param.sampled.attack.t": "4",
+         "param.sampled.method.beta": "0.4567", "param.sampled.method.rho_double_epoch": "None",
+         "param.attack.schedule": "linear", "param.seed": "0"},
+    ])
+    h = pd.concat([hist(r, [2, 1], [90, 90], [50, 50]) for r in runs["run_id"]])
+    assert list(cv.convergence_frame(runs, h)["row"]) == [
+        "linear t=3 beta=0.94 #4e14", "linear|on", "curious|on", "linear t=4 beta=0.46 #9a8b"]
+
+
+def test_without_a_label_row_or_sampled_values_the_varying_params_name_a_run():
+    from analysis.collect import runs_frame as typed_frame
+
+    runs = typed_frame([{"run_id": f"r{i}", "meta.kind": "trial", "meta.config_hash": f"{i}abcdef", "param.seed": "0",
+                         "param.method.beta": beta, "param.method.K": "10"} for i, beta in enumerate(["0.4", "1.0"])]
+                       + [{"run_id": "lone", "meta.kind": "trial", "meta.config_hash": "fedcba98", "meta.stage": "x"}])
+    assert list(cv.config_labels(runs.iloc[:2])) == ["method.beta=0.4", "method.beta=1.0"]
+    assert cv.short_label(runs.iloc[2].to_dict()) == "fedcba98"  # nothing varies: the config hash
+    assert cv.short_label({"run_id": "r9"}) == "r9"

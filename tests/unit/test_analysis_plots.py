@@ -221,7 +221,7 @@ def test_curves_mark_where_validation_switches_to_averaged_weights(curves_data):
     top = build_figure(marked, hist, "curves").axes[0]
     (line,) = [ln for ln in top.get_lines() if ln.get_label().startswith("SWA")]
     assert line.get_label() == "SWA from epoch 4" and list(line.get_xdata()) == [3.5, 3.5]
-    assert "SWA from epoch 4" in [t.get_text() for t in top.get_legend().get_texts()]
+    assert "SWA from epoch 4" in [t.get_text() for t in legend_of(top.figure).get_texts()]
     # no line where runs average nothing, were logged before the param, or disagree within a configuration
     for swa in ("None", None, ["3", "4", "3", "3", "3", "4"]):
         fig = build_figure(runs.assign(**{"param.optim.swa_start": swa}), hist, "curves")
@@ -385,12 +385,19 @@ def _overlap(a, b) -> float:
     return max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0)) * max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
 
 
+def legend_of(fig):
+    """The one legend of a figure whose data fills its panels: the figure's, no axes has one."""
+    assert [ax for ax in fig.axes if ax.get_legend() is not None] == []
+    (legend,) = fig.legends
+    return legend
+
+
 @pytest.mark.parametrize("figure", ["curves", "alpha"])
 def test_the_legend_is_beside_the_data_never_over_it(curves_data, figure):
     runs, hist = curves_data
     fig = build_figure(runs, hist, figure)
     fig.draw_without_rendering()  # lays the figure out as saving it would
-    (legend,) = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    legend = legend_of(fig)
     box = legend.get_window_extent()
     for ax in fig.axes:
         assert _overlap(box, ax.get_window_extent()) == 0.0, ax.get_title() or ax.get_ylabel()
@@ -441,3 +448,75 @@ def test_a_search_trial_on_the_front_is_labelled_with_what_it_sampled():
              "param.sampled.attack.schedule": "curious"} for i in range(2)]  # (70, 50) and (77, 47): both on it
     ax = build_figure(runs_frame(recs), None, "pareto").axes[0]
     assert sorted(t.get_text() for t in ax.texts) == ["schedule=curious beta=0.333", "schedule=curious beta=0.433"]
+
+
+# ---- issue 42: short labels, the legend inside the figure, whole epochs --------------------------------------------
+SEARCH_LABELS = [f"{s} t={t} rho0=0.{k + 1}2 rho_double_epoch={d} beta=0.9{k} tau=1.5 #{k:04x}"
+                 for k, (s, t, d) in enumerate([("linear", 3, 4), ("curious", 2, "none"), ("linear", 5, 5),
+                                                ("curious", 4, 4), ("const", 2, "none"), ("linear", 2, 4),
+                                                ("curious", 5, 5), ("linear", 4, "none")])]
+
+
+@pytest.fixture(scope="module")
+def search_curves():
+    """Eight search configurations of one seed each, named by their ssat.label (the sampled values, ~60
+    characters); every tracked param is there too, attack.gamma included where it does not apply."""
+    recs = [{**trial(k, "", 0, schedule=label.split()[0], gamma=1.25, t=3), "meta.stage": "search",
+             "meta.label": label, "run_name": f"{label} s0"} for k, label in enumerate(SEARCH_LABELS)]
+    runs = runs_frame(recs)
+    rows = [{"run_id": r, "key": key, "step": step, "value": v}
+            for k, r in enumerate(runs["run_id"]) for step in range(1, 8)
+            for key, v in (("val/clean", 60 + step + k), ("val/pgd10", 30 + step + k), ("train/loss", 2 - step / 10),
+                           ("sched/lr", 0.1 / step), ("adv/alpha_mean", 0.5), ("adv/alpha_min_share", 0.1 * k / 8),
+                           ("adv/alpha_one_share", 0.2))]
+    return runs, history_frame(rows)
+
+
+def _inside(box, outer) -> bool:
+    return outer.x0 <= box.x0 and box.x1 <= outer.x1 and outer.y0 <= box.y0 and box.y1 <= outer.y1
+
+
+def test_long_search_labels_stay_whole_inside_the_figure_without_a_layout_warning(search_curves, tmp_path):
+    import warnings
+
+    runs, hist = search_curves
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "constrained_layout not applied" among them
+        fig = build_figure(runs, hist, "curves")
+        fig.savefig(tmp_path / "c.png", dpi=100)
+    legend = legend_of(fig)
+    texts = [" ".join(t.get_text().split("\n")) for t in legend.get_texts()]
+    assert texts == sorted(SEARCH_LABELS) + ["val/clean", "val/pgd10"]  # whole labels, not `attack.gam...`
+    box = legend.get_window_extent()
+    assert _inside(box, fig.bbox) and all(_overlap(box, ax.get_window_extent()) == 0.0 for ax in fig.axes)
+    assert all(_inside(t.get_window_extent(), fig.bbox) for t in legend.get_texts())
+    ticks = [t for t in fig.axes[-1].get_xticks() if 1 <= t <= 7]
+    assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks)  # whole epochs, never 2.5
+
+
+def test_alpha_panels_are_titled_with_the_short_labels(search_curves):
+    runs, hist = search_curves
+    fig = build_figure(runs.assign(**{"param.method.interpolate": True}), hist, "alpha")
+    fig.draw_without_rendering()
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [" ".join(t.split("\n")) for t in titles] == sorted(SEARCH_LABELS)[:4]
+    assert all(len(t.split("\n")) <= 3 for t in titles)  # wrapped to the panel, not one key per line
+    for a, b in zip(fig.axes, fig.axes[1:]):  # neighbouring titles do not overlap
+        assert a.title.get_window_extent().x1 <= b.title.get_window_extent().x0
+    assert all(float(t).is_integer() for ax in fig.axes for t in ax.get_xticks())
+    assert _inside(legend_of(fig).get_window_extent(), fig.bbox)
+
+
+def test_a_label_longer_than_the_figure_is_wrapped_inside_it(search_curves):
+    import warnings
+
+    runs, hist = search_curves
+    long = " ".join(f"key{k}=value{k}" for k in range(20))  # 258 characters
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = build_figure(runs.assign(**{"meta.label": [long] + SEARCH_LABELS[1:]}), hist, "curves")
+        fig.draw_without_rendering()
+    legend = legend_of(fig)
+    (text,) = [t.get_text() for t in legend.get_texts() if t.get_text().startswith("key0")]
+    assert " ".join(text.split("\n")) == long and all(len(line) <= 9 * 15 - 6 for line in text.split("\n"))
+    assert len(text.split("\n")) >= 2 and _inside(legend.get_window_extent(), fig.bbox)
