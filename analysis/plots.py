@@ -181,11 +181,12 @@ def pareto_figure(df_runs: pd.DataFrame, x: str = "val/clean", y: str = "val/pgd
 
 
 def point_label(run: dict) -> str:
-    """What a point of the front is: its row (``ssat.row``), else the values a search sampled
-    (``sampled.<dotted.key>``, by their last name, 3 significant digits), else the run's name."""
-    row = value(run, "meta.row")
+    """What a point of the front is: its row (``ssat.row``), else its label (``ssat.label``: what a search
+    sampled), else the values an older search logged (``sampled.<dotted.key>``, by their last name, 3 significant
+    digits), else the run's name."""
+    row = value(run, "meta.row") or value(run, "meta.label")
     if row:
-        return str(row)
+        return textwrap.fill(str(row), 28)
     sampled = [(k[len("param.sampled."):].rsplit(".", 1)[-1], value(run, k)) for k in sorted(run)
                if k.startswith("param.sampled.")]
     text = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in sampled if v is not None)

@@ -520,3 +520,13 @@ def test_a_label_longer_than_the_figure_is_wrapped_inside_it(search_curves):
     (text,) = [t.get_text() for t in legend.get_texts() if t.get_text().startswith("key0")]
     assert " ".join(text.split("\n")) == long and all(len(line) <= 9 * 15 - 6 for line in text.split("\n"))
     assert len(text.split("\n")) >= 2 and _inside(legend.get_window_extent(), fig.bbox)
+
+
+def test_a_search_point_is_labelled_by_its_configuration():
+    """Today's search runs carry their label (`ssat.label`), no `sampled.*` params: the front names them by it."""
+    from analysis.plots import point_label
+
+    assert point_label({"run_id": "r", "meta.row": "", "meta.label": "beta=0.4 tau=2 #4e14",
+                        "run_name": "beta=0.4 tau=2 #4e14 s0"}) == "beta=0.4 tau=2 #4e14"
+    assert point_label({"run_id": "r", "meta.row": "linear|on", "meta.label": "linear|on"}) == "linear|on"
+    assert point_label({"run_id": "r", "param.sampled.method.beta": 0.123456}) == "beta=0.123"  # an older store
