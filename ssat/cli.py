@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .config import Config, from_dict, parse_overrides, scale_epochs
+from .config import Config, ConfigError, from_dict, parse_overrides, scale_epochs
 from .presets import PRESETS, preset
 
 DEFAULT_PRESET = "mnist5k-ssat-mbi"
@@ -23,8 +23,11 @@ def add_config_args(ap: argparse.ArgumentParser, example: str) -> None:
 def config_from_args(args: argparse.Namespace, epochs: int | None = None, **paths: str | None) -> Config:
     """The preset, rescaled to `epochs` epochs if given (`scale_epochs`), then the --set overrides, then the
     paths given on the command line (--data-root as data.root; `paths`: dotted key -> value, None = not given).
-    Raises ConfigError / KeyError (an unknown preset) naming what is wrong."""
-    d = preset(args.preset)
+    Raises ConfigError naming what is wrong (an unknown preset: --preset and the valid names)."""
+    try:
+        d = preset(args.preset)
+    except KeyError as exc:
+        raise ConfigError(f"--preset: {exc.args[0]}") from None
     if epochs:
         d = scale_epochs(d, epochs)
     over = parse_overrides(args.set)

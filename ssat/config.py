@@ -639,8 +639,11 @@ def scale_epochs(d: dict, epochs: int) -> dict:
     ms = opt.get("lr_milestones", OptimConfig().lr_milestones)
     scaled = [sc(x) for x in ms]
     if len(set(scaled)) != len(scaled):
+        fits = next((n for n in range(epochs + 1, max(old, epochs) + 1)
+                     if len({scale_epoch(x, n, old, 1) for x in ms}) == len(ms)), None)
+        least = f"the smallest --epochs that keeps them apart is {fits}" if fits else "no smaller --epochs keeps them apart"
         raise ConfigError(f"--epochs {epochs}: lr milestones {ms} of a {old}-epoch run collide after "
-                          f"scaling ({scaled}); use more epochs or set optim.lr_milestones explicitly")
+                          f"scaling ({scaled}); {least}, or set optim.lr_milestones explicitly")
     opt["lr_milestones"] = scaled
     if opt.get("swa_start") is not None:
         opt["swa_start"] = min(sc(opt["swa_start"], lo=0), epochs - 1)

@@ -14,7 +14,6 @@ import hashlib
 import io
 import json
 import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -22,9 +21,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .cifar_files import DataError, batch_arrays, verify_published
 from .storage import sha256_file
 
-# name -> (classes, channels, size, default labeled, default validation, flip augmentation)
 class DatasetInfo(NamedTuple):
     classes: int
     channels: int
@@ -49,10 +48,6 @@ REQUIRED_FILES = {
     "svhn": ["train_32x32.mat", "test_32x32.mat"],
     "mnist5k": [],
 }
-
-
-class DataError(ValueError):
-    """A data root, split or label file that does not fit the run."""
 
 
 @dataclass
@@ -97,75 +92,10 @@ def download(dataset: str, root: str) -> None:
         raise DataError(f"{dataset} ships with the package; nothing to download")
 
 
-# The CIFAR python batches are pickles, and a pickle may name any importable callable: a file planted in
-# --data-root would run code when read. So they are read by an unpickler that rebuilds only what the published
-# files hold (dicts, lists, strings, bytes, numbers and numpy arrays, through numpy's own reconstructors, under
-# numpy 1's and numpy 2's module names); anything else is refused, naming the file, before it is built.
-BATCH_GLOBALS = frozenset((module, name) for prefix in ("numpy.core", "numpy._core") for module, name in (
-    (f"{prefix}.multiarray", "_reconstruct"), (f"{prefix}.multiarray", "scalar"),
-    (f"{prefix}.numeric", "_frombuffer"))) | {("numpy", "ndarray"), ("numpy", "dtype")}
-
-# torchvision's list of the published files' MD5s (torchvision.datasets.CIFAR10/CIFAR100), for --verify.
-PUBLISHED_MD5 = {
-    "cifar-10-batches-py/data_batch_1": "c99cafc152244af753f735de768cd75f",
-    "cifar-10-batches-py/data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-    "cifar-10-batches-py/data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
-    "cifar-10-batches-py/data_batch_4": "634d18415352ddfa80567beed471001a",
-    "cifar-10-batches-py/data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
-    "cifar-10-batches-py/test_batch": "40351d587109b95175f43aff81a1287e",
-    "cifar-100-python/train": "16019d7e3df5f24257cddd939b257f8d",
-    "cifar-100-python/test": "f0ef6b0ae62326f3e7ffdfab6717acfc",
-}
-
-
-class _Refused(pickle.UnpicklingError):
-    """A global the batch files do not hold (its name, cut short)."""
-
-
-class _BatchUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        if (module, name) in BATCH_GLOBALS:
-            return super().find_class(module.replace("numpy.core.", "numpy._core."), name)
-        raise _Refused(f"{module}.{name}"[:200])
-
-
-def _unpickle(path: Path, label_key: str) -> dict:
-    """A CIFAR batch file, read with _BatchUnpickler; DataError naming the file when it is not one."""
-    try:
-        with open(path, "rb") as f:
-            d = _BatchUnpickler(f, encoding="latin1").load()
-    except _Refused as exc:
-        raise DataError(f"{path}: refused: a CIFAR batch holds only dicts, lists, strings, numbers and numpy arrays, "
-                        f"and this file's pickle asks for {exc}; nothing of it was run. Replace the file with the "
-                        f"published one (`python -m ssat.datasets --download ...`, then `--verify`)") from None
-    except Exception as exc:  # truncated, or not a pickle at all
-        raise DataError(f"{path}: cannot be read as a CIFAR batch ({type(exc).__name__}: {str(exc)[:200]})") from None
-    if not isinstance(d, dict) or "data" not in d or label_key not in d:
-        raise DataError(f"{path}: not a CIFAR batch (expected a dict with 'data' and {label_key!r})")
-    return d
-
-
-def verify_published(dataset: str, root: str) -> list[str]:
-    """The files of `dataset` under `root` whose MD5 is not the published one (each with both MD5s)."""
-    bad = []
-    for name in REQUIRED_FILES[dataset]:
-        want = PUBLISHED_MD5.get(name)
-        if want is None:
-            continue
-        with open(Path(root) / name, "rb") as f:
-            got = hashlib.file_digest(f, hashlib.md5).hexdigest()
-        if got != want:
-            bad.append(f"{Path(root) / name}: MD5 {got}, the published file's is {want}")
-    return bad
-
-
-def _cifar(root: Path, folder: str, train_files: list[str], test_file: str, label_key: str):
+def _cifar(root: Path, folder: str, train_files: list[str], test_file: str, label_key: str, classes: int):
+    """CIFAR's batch files, each read and checked by ssat.cifar_files (a planted or malformed one is refused)."""
     def read(files):
-        xs, ys = [], []
-        for name in files:
-            d = _unpickle(root / folder / name, label_key)
-            xs.append(np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-            ys.append(np.asarray(d[label_key], dtype=np.int64))
+        xs, ys = zip(*(batch_arrays(root / folder / name, label_key, classes) for name in files))
         return np.concatenate(xs), np.concatenate(ys)
 
     return read(train_files) + read([test_file])
@@ -235,9 +165,9 @@ def load_arrays(dataset: str, root: str | None = None) -> Arrays:
         parts = _mnist5k()
     elif dataset == "cifar10":
         parts = _cifar(Path(root), "cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)],
-                       "test_batch", "labels")
+                       "test_batch", "labels", 10)
     elif dataset == "cifar100":
-        parts = _cifar(Path(root), "cifar-100-python", ["train"], "test", "fine_labels")
+        parts = _cifar(Path(root), "cifar-100-python", ["train"], "test", "fine_labels", 100)
     else:
         parts = _svhn(Path(root))
     xtr, ytr, xte, yte = (torch.from_numpy(np.ascontiguousarray(p)) for p in parts)
@@ -505,22 +435,31 @@ def split_record(split: Split, path: str) -> None:
                                       "val": split.val.tolist(), "unlabeled": split.unlabeled.tolist()}))
 
 
-if __name__ == "__main__":
+def main(argv=None) -> int:
     import argparse
-    import sys
 
-    ap = argparse.ArgumentParser(description="Fetch a dataset into a local folder (explicit download), or check "
-                                             "its files against the published checksums.")
+    ap = argparse.ArgumentParser(prog="python -m ssat.datasets",  # pragma: no mutate
+                                 description="Fetch a dataset into a local folder (explicit download), or check "
+                                             "its files against the published checksums.")  # pragma: no mutate
     act = ap.add_mutually_exclusive_group(required=True)
     act.add_argument("--download", choices=["cifar10", "cifar100", "svhn"])
     act.add_argument("--verify", choices=["cifar10", "cifar100"], help="compare the files' MD5s with the published")
     ap.add_argument("--data-root", required=True)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.verify:
         check_root(args.verify, args.data_root)
         differ = verify_published(args.verify, args.data_root)
         print("\n".join(differ) or f"{args.verify} in {args.data_root}: every file is the published one")
-        sys.exit(1 if differ else 0)
+        return 1 if differ else 0
     download(args.download, args.data_root)
     check_root(args.download, args.data_root)
     print(f"{args.download} ready in {args.data_root}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from .entry import entry_point
+
+    sys.exit(entry_point(main)())

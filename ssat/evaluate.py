@@ -4,12 +4,14 @@ PGD follows the authors' evaluation: step eps/10, one uniform random start, CE o
 explains the paper's gap between its PGD-10 and PGD-20 columns). AutoAttack is the standard version
 (APGD-CE, APGD-T, FAB-T, Square) of `pyautoattack`, at exactly the dataset's eps.
 
-CLI: python -m ssat.evaluate CHECKPOINT [--autoattack/--no-autoattack] [--n N] [--data-root DIR] [--unverified]
+CLI: python -m ssat.evaluate CHECKPOINT [--autoattack/--no-autoattack] [--n N] [--data-root DIR] [--unverified]: the
+protocol the checkpoint's trainer used (evaluate_checkpoint), progress on stderr, one JSON document on stdout.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -23,7 +25,8 @@ import torch.nn as nn
 
 from .attacks import pgd
 from .folding import FoldedEval, fold_plan
-from .runtime import eval_mode, resolve_device
+from .entry import entry_point, positive_int
+from .runtime import eval_mode, resolve_device, threads
 
 AA_ATTACKS = ["apgd-ce", "apgd-t", "fab-t", "square"]
 
@@ -33,12 +36,13 @@ class EvaluationCheckError(AssertionError):
 
 
 def protocol(attack: str, *, eps: float, n: int, subset: str, checkpoint: str, steps: int = 0,
-             precision: str = "fp32") -> dict:
+             precision: str = "fp32", setup: dict | None = None) -> dict:
     """The record that travels with every number (docs/tracking.md). precision: "fp32" (strict IEEE) or "tf32"
-    (cuDNN convolutions and matmuls in TF32 on a GPU: eval.tf32)."""
+    (cuDNN convolutions and matmuls in TF32 on a GPU: eval.tf32). setup: how the numbers were computed, which
+    moves their last bits (`run_setup`: batch size, memory format, BatchNorm folding, threads, device)."""
     rec = {"attack": attack, "eps": eps, "norm": "Linf", "step": None, "steps": steps, "restarts": 0,
            "random_start": None, "loss": None, "n": n, "subset": subset, "precision": precision,
-           "checkpoint": checkpoint, "autoattack": None}
+           "checkpoint": checkpoint, "autoattack": None, **(setup or {})}
     if attack.startswith("pgd"):
         rec.update(step=eps / 10, restarts=1, random_start="uniform", loss="ce")
     if attack == "autoattack":
@@ -154,6 +158,17 @@ def autoattack_accuracy(model, x, y, *, eps, batch_size, seed=0, log=print) -> t
     return acc, after, seconds
 
 
+def run_setup(model: nn.Module, x: torch.Tensor, batch_size: int, folded: bool) -> dict:
+    """How an evaluation computes, for its protocol records: the same checkpoint evaluated with the same setup gives
+    the same numbers bit for bit; another batch size, memory format, folding, thread count or device may move the
+    last bits and, through PGD's sign steps, a few images. The memory format is the model's (its convolutions
+    follow their weights' format; a one-channel image is both formats at once)."""
+    last = any(p.dim() == 4 and not p.is_contiguous() and p.is_contiguous(memory_format=torch.channels_last)
+               for p in model.parameters())
+    return {"batch_size": batch_size, "memory_format": "channels_last" if last else "contiguous",
+            "fold_bn": folded, "threads": torch.get_num_threads(), "device": x.device.type}
+
+
 def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: float, checkpoint: str,
                    pgd_steps=(10, 20, 40), autoattack: bool = True, autoattack_n: int | None = None,
                    batch_size: int = 500, subset: str = "full", tf32: bool = False, fold_bn: str = "off",
@@ -167,27 +182,27 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, eps: f
     fold_bn: system.fold_bn (auto folds on a CPU): every forward with BatchNorm folded into the convolution before
     it (ssat/folding.py), the same function up to float rounding.
     """
-    if fold_plan(fold_bn, x.device.type, "off", model)[0]:
+    folded = fold_plan(fold_bn, x.device.type, "off", model)[0]
+    setup = run_setup(model, x, batch_size, folded)
+    if folded:
         model = FoldedEval(model)
     out = {}
     precision = "tf32" if tf32 and x.device.type == "cuda" else "fp32"
+    record = functools.partial(protocol, eps=eps, n=len(x), subset=subset, checkpoint=checkpoint, precision=precision,
+                               setup=setup)
     with eval_mode(model), torch.autocast(x.device.type, enabled=False), fp32_precision(tf32):
         acc = 100.0 * (_predict(model, x, batch_size) == y).float().mean().item()
-        out["clean"] = {"acc": acc, "protocol": protocol("clean", eps=eps, n=len(x), subset=subset,
-                                                         checkpoint=checkpoint, precision=precision)}
+        out["clean"] = {"acc": acc, "protocol": record("clean")}
         for steps in pgd_steps:
             acc, linf = pgd_accuracy(model, x, y, eps=eps, steps=steps, batch_size=batch_size)
-            out[f"pgd{steps}"] = {"acc": acc, "max_linf": linf,
-                                  "protocol": protocol(f"pgd{steps}", eps=eps, n=len(x), subset=subset,
-                                                       checkpoint=checkpoint, steps=steps, precision=precision)}
+            out[f"pgd{steps}"] = {"acc": acc, "max_linf": linf, "protocol": record(f"pgd{steps}", steps=steps)}
             log(f"  [{checkpoint}] pgd{steps}: {acc:.2f}%")
         if autoattack:
             n = len(x) if autoattack_n is None else min(autoattack_n, len(x))
             aa_subset = subset if n == len(x) else f"first{n}"
             acc, after, seconds = autoattack_accuracy(model, x[:n], y[:n], eps=eps, batch_size=batch_size, log=log)
             out["autoattack"] = {"acc": acc, "after": after, "seconds": seconds,
-                                 "protocol": protocol("autoattack", eps=eps, n=n, subset=aa_subset,
-                                                      checkpoint=checkpoint, precision=precision)}
+                                 "protocol": record("autoattack", n=n, subset=aa_subset)}
             log(f"  [{checkpoint}] autoattack ({n} images): {acc:.2f}% (after "
                 + ", ".join(f"{a} {v:.2f}%" for a, v in after.items()) + ")")
     chain = [out["clean"]["acc"]] + [out[f"pgd{s}"]["acc"] for s in sorted(pgd_steps)]
@@ -221,11 +236,11 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", 
     from .config import from_dict
     from .datasets import DATASET_INFO
     from .models import create_model
-    from .storage import load_user_file, load_verified
+    from .storage import ForeignFileError, load_user_file, load_verified
 
     ck, verified = load_user_file(path, device) if unverified else (load_verified(path, device), True)
     if not isinstance(ck, dict) or "model" not in ck or "config" not in ck:
-        raise ValueError(f"{path}: not an ssat checkpoint (expected keys 'model' and 'config')")
+        raise ForeignFileError(f"{path}: not an ssat checkpoint (expected keys 'model' and 'config')")
     ck["verified"] = verified
     cfg = from_dict(ck["config"])
     classes, channels = DATASET_INFO[cfg.data.dataset][:2]
@@ -233,33 +248,55 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", 
     try:
         model.load_state_dict(ck["model"])
     except RuntimeError as exc:
-        raise ValueError(f"{path}: weights do not fit model {cfg.model.name!r} ({str(exc).splitlines()[0]})") from None
+        raise ForeignFileError(f"{path}: weights do not fit model {cfg.model.name!r} ({str(exc).splitlines()[0]})") from None
     return model, cfg, ck
+
+
+def channels_last_of(cfg) -> bool:
+    """The memory format a run's engine trains and evaluates in (ssat.engine.Engine: system.channels_last, None
+    meaning on), which the command line's evaluation of its checkpoints uses too."""
+    return cfg.system.channels_last is not False
+
+
+def checkpoint_settings(cfg, kind: str) -> dict:
+    """evaluate_model's settings for a checkpoint of `kind` ("best", "last") of a run of `cfg`, as its trainer
+    evaluates it: eval's PGD steps, batch size, TF32 and AutoAttack (on eval.autoattack_checkpoints, for the seeds
+    of eval.autoattack_seeds), and system.fold_bn."""
+    e = cfg.eval
+    aa = e.autoattack and (e.autoattack_seeds is None or cfg.seed in e.autoattack_seeds) \
+        and kind in e.autoattack_checkpoints
+    return {"pgd_steps": e.pgd_steps, "autoattack": aa, "autoattack_n": e.autoattack_n, "batch_size": e.batch_size,
+            "tf32": e.tf32, "fold_bn": cfg.system.fold_bn}
+
+
+def evaluate_checkpoint(model: nn.Module, cfg, x: torch.Tensor, y: torch.Tensor, subset: str, kind: str, *,
+                        channels_last: bool, log=print, **changes) -> dict[str, dict]:
+    """One checkpoint's test protocol, as the trainer runs it (checkpoint_settings, then `changes`, in the memory
+    format given): the one path of the trainer's final evaluation and of `python -m ssat.evaluate`, so the same
+    checkpoint gets the same numbers from both."""
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    return evaluate_model(model, x, y, eps=cfg.eps, checkpoint=kind, subset=subset, log=log,
+                          **{**checkpoint_settings(cfg, kind), **changes})
 
 
 def evaluate_checkpoints(cfg, out: Path, arrays, device, channels_last: bool, best_epoch: int, checkpoints=None,
                          log=print) -> dict[str, dict]:
-    """A run's test protocol: clean and PGD-k on each checkpoint of eval.checkpoints (or `checkpoints`) found in
-    `out`, AutoAttack on those of eval.autoattack_checkpoints for the seeds of eval.autoattack_seeds; the results
-    and their protocol records also written to out/results.json. {ckpt: {attack: {"acc", "protocol"}}}."""
+    """A run's test protocol: evaluate_checkpoint on each checkpoint of eval.checkpoints (or `checkpoints`) found in
+    `out`, on eval.test_n test images; the results and their protocol records also written to out/results.json.
+    {ckpt: {attack: {"acc", "protocol"}}}."""
     e = cfg.eval
     x, y, subset = first_n_test(arrays, e.test_n, device)
-    x, n = (x.contiguous(memory_format=torch.channels_last) if channels_last else x), len(x)
     kinds = checkpoints or e.checkpoints
-    aa_here = e.autoattack and (e.autoattack_seeds is None or cfg.seed in e.autoattack_seeds)
-    log(f"final evaluation: {'/'.join(kinds)} checkpoint on {n:,} test images, "
+    aa = [k for k in kinds if checkpoint_settings(cfg, k)["autoattack"]]
+    log(f"final evaluation: {'/'.join(kinds)} checkpoint on {len(x):,} test images, "
         + ", ".join(f"PGD-{s}" for s in e.pgd_steps)
-        + (f", AutoAttack on {min(e.autoattack_n or n, n):,}" if aa_here and set(kinds) & set(e.autoattack_checkpoints)
-           else ""))
+        + (f", AutoAttack on {min(e.autoattack_n or len(x), len(x)):,}" if aa else ""))
     results = {}
     for kind in kinds:
         model, _, _ = load_checkpoint_model(out / f"{kind}.pt", device)
-        if channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        aa = aa_here and kind in e.autoattack_checkpoints
-        results[kind] = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=kind, pgd_steps=e.pgd_steps,
-                                       autoattack=aa, autoattack_n=e.autoattack_n, batch_size=e.batch_size,
-                                       subset=subset, tf32=e.tf32, fold_bn=cfg.system.fold_bn, log=log)
+        results[kind] = evaluate_checkpoint(model, cfg, x, y, subset, kind, channels_last=channels_last, log=log)
     metrics, tags = flatten_results(results)
     (out / "results.json").write_text(json.dumps({"metrics": metrics, "protocols": tags, "best_epoch": best_epoch},
                                                  indent=1))
@@ -284,34 +321,47 @@ def first_test_images(cfg, n: int | None, device,
     return first_n_test(load_arrays(cfg.data.dataset, data_root or cfg.data.root), n, device)
 
 
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m ssat.evaluate",  # pragma: no mutate
+                                 description="Evaluate a checkpoint with the protocol its run's trainer used (every "  # pragma: no mutate
+                                             "default is the checkpoint's config's); progress on stderr, the "  # pragma: no mutate
+                                             "accuracies as one JSON document on stdout.")  # pragma: no mutate
+    ap.add_argument("checkpoint")
+    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--n", type=positive_int, default=None,
+                    help="first N test images (default: eval.test_n, None meaning all)")  # pragma: no mutate
+    ap.add_argument("--autoattack", action=argparse.BooleanOptionalAction, default=None,
+                    help="default: as the trainer (eval.autoattack for this checkpoint and seed)")  # pragma: no mutate
+    ap.add_argument("--autoattack-n", type=positive_int, default=None, help="default: eval.autoattack_n")  # pragma: no mutate
+    ap.add_argument("--batch-size", type=positive_int, default=None, help="default: eval.batch_size")  # pragma: no mutate
+    ap.add_argument("--device", default=None, help="default: system.device")  # pragma: no mutate
+    ap.add_argument("--out", default=None, help="write the results as JSON here")  # pragma: no mutate
+    ap.add_argument("--unverified", action="store_true",
+                    help="load a checkpoint of your own that has no .sha256 sidecar (weights only; reported)")  # pragma: no mutate
+    return ap
+
+
+@entry_point
 def main(argv=None) -> int:
     from .storage import CorruptFileError, sidecar
 
-    ap = argparse.ArgumentParser(prog="python -m ssat.evaluate", description=__doc__.split("\n")[0])
-    ap.add_argument("checkpoint")
-    ap.add_argument("--data-root", default=None)
-    ap.add_argument("--n", type=int, default=None, help="first N test images (default: all)")
-    ap.add_argument("--autoattack", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--autoattack-n", type=int, default=None)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--out", default=None, help="write the results as JSON here")
-    ap.add_argument("--unverified", action="store_true",
-                    help="load a checkpoint of your own that has no .sha256 sidecar (weights only; reported)")
-    args = ap.parse_args(argv)
-    device = resolve_device(args.device)
+    args = parser().parse_args(argv)
+    log = functools.partial(print, file=sys.stderr)
     try:
-        model, cfg, ck = load_checkpoint_model(args.checkpoint, device, unverified=args.unverified)
+        model, cfg, ck = load_checkpoint_model(args.checkpoint, "cpu", unverified=args.unverified)
     except CorruptFileError as exc:
         hint = "" if args.unverified or sidecar(args.checkpoint).exists() else (
             "; a checkpoint of your own without one loads with --unverified")
-        print(f"error: {exc}{hint}", file=sys.stderr)
-        return 2
+        raise CorruptFileError(f"{exc}{hint}") from None
     if not ck["verified"]:
-        print(f"warning: {args.checkpoint} has no checksum sidecar: loaded unverified (weights only)", file=sys.stderr)
-    x, y, subset = first_test_images(cfg, args.n, device, args.data_root)
-    res = evaluate_model(model, x, y, eps=cfg.eps, checkpoint=ck.get("kind", "best"), pgd_steps=cfg.eval.pgd_steps,
-                         autoattack=args.autoattack, autoattack_n=args.autoattack_n, subset=subset,
-                         tf32=cfg.eval.tf32, fold_bn=cfg.system.fold_bn)
+        log(f"warning: {args.checkpoint} has no checksum sidecar: loaded unverified (weights only)")
+    device = resolve_device(args.device or cfg.system.device)
+    changes = {k: v for k, v in (("autoattack", args.autoattack), ("autoattack_n", args.autoattack_n),
+                                 ("batch_size", args.batch_size)) if v is not None}
+    with threads(cfg.system.threads):  # as the trainer: its process runs with system.threads
+        x, y, subset = first_test_images(cfg, cfg.eval.test_n if args.n is None else args.n, device, args.data_root)
+        res = evaluate_checkpoint(model.to(device), cfg, x, y, subset, ck.get("kind", "best"),
+                                  channels_last=channels_last_of(cfg), log=log, **changes)
     head = {"checkpoint": str(args.checkpoint), "verified": ck["verified"]}
     print(json.dumps({**head, **{k: {"acc": round(v["acc"], 2)} for k, v in res.items()}}))
     if args.out:

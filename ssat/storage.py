@@ -25,6 +25,11 @@ class CorruptFileError(RuntimeError):
     """A stored file is missing its checksum, fails it, or cannot be decoded."""
 
 
+class ForeignFileError(ValueError):
+    """A sound file that is not the one a command needs: not a checkpoint, another model's weights, another
+    configuration's state."""
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

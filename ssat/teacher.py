@@ -38,6 +38,7 @@ from .fixmatch import percent, teacher_key, train_teacher
 from .models import create_model
 from .pseudo_labels import PseudoLabelError, TeacherOutputs, load_teacher_outputs
 from .storage import CorruptFileError
+from .entry import entry_point
 
 DEFAULT_TEACHER_DIR = "runs/teachers"
 
@@ -171,18 +172,13 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+@entry_point
 def main(argv=None) -> int:
     from .cli import config_from_args
-    from .config import ConfigError
-    from .datasets import DataError
 
     args = parser().parse_args(argv)
-    try:
-        cfg = config_from_args(args, **{"data.teacher_dir": args.teacher_dir})
-        made = ensure_teacher(cfg, force=args.force)
-    except (ConfigError, KeyError, DataError, PseudoLabelError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    cfg = config_from_args(args, **{"data.teacher_dir": args.teacher_dir})
+    made = ensure_teacher(cfg, force=args.force)
     prov = made.provenance
     print(f"teacher val acc {percent(prov['val_acc'])} (step {prov['selected_step']}/{prov['steps']}), "
           f"pseudo-label acc {percent(prov['pseudo_label_acc'])} on {prov['n_unlabeled_student']} unlabeled "

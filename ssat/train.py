@@ -36,7 +36,8 @@ from .runtime import resolve_device, seed_everything
 from .schedules import at_epoch
 from .swa import WeightAverage
 from .teacher import load_teacher_model, resolve_teacher
-from .storage import load_verified, save_verified
+from .storage import ForeignFileError, load_verified, save_verified
+from .entry import entry_point
 
 
 CHECK_EVERY = 25  # steps between finiteness checks on a GPU (each check synchronises)
@@ -176,7 +177,7 @@ class Trainer:
     def load_state(self) -> None:
         st = load_verified(self.out / "state.pt", map_location=self.device)
         if st.get("config_hash") != self.cfg.config_hash(exclude_seed=False):
-            raise ValueError(f"{self.out / 'state.pt'}: saved by another configuration; refusing to resume "
+            raise ForeignFileError(f"{self.out / 'state.pt'}: saved by another configuration; refusing to resume "
                              "into it (use a fresh output folder)")
         self.model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["opt"])
@@ -281,27 +282,24 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+@entry_point
 def main(argv=None) -> int:
     from .cli import config_from_args
-    from .config import ConfigError
 
     args = parser().parse_args(argv)
-    try:
-        cfg = config_from_args(args, epochs=args.epochs)
-    except (ConfigError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    cfg = config_from_args(args, epochs=args.epochs)
     if args.download:
         from .datasets import download
 
         download(cfg.data.dataset, cfg.data.root)
     out = Path(args.out or f"runs/{args.preset}-seed{cfg.seed}")
     t0 = time.perf_counter()
-    trainer = Trainer(cfg, out)
+    trainer = Trainer(cfg, out)  # the data, and the FixMatch teacher (trained first when not cached)
+    t1 = time.perf_counter()
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
     trainer.fit()
-    print(f"training: {time.perf_counter() - t0:.1f}s, best epoch {trainer.best_epoch} "
-          f"(val pgd10 {trainer.best_score:.2f}%)")
+    print(f"setup (data, teacher): {t1 - t0:.1f}s; training: {time.perf_counter() - t1:.1f}s, best epoch "
+          f"{trainer.best_epoch} (val pgd10 {trainer.best_score:.2f}%)")
     if not args.no_final_eval:
         res = trainer.final_evaluation()
         for kind, per in res.items():

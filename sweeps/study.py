@@ -12,6 +12,9 @@ the epoch, where validation ran), and on each trial the user attributes that lin
     mlflow_run_id    its MLflow run, once the run is in the store (set by the driver's TrackingCallback)
     val/clean, val/pgd10, epoch   its last report's validation accuracies and epoch, when it ended
 
+A trial the scheduler (ASHA) stopped before its last epoch ends PRUNED (Optuna takes its last intermediate value as
+its value), one that ran all its epochs COMPLETE, one that errored or diverged FAIL.
+
 and on the study: the spec's search space (`space`, the YAML mapping as JSON, with `when`), `metric`, `mode`, the
 sweep's name and tracking store. A resumed search goes on with the same study (Tune saves and restores the
 searcher, study included); a trial the study handed out that Tune never ran (asked just before the driver
@@ -89,6 +92,12 @@ def search_identity(sampled: dict, *, base: dict, seed: int, sweep: str) -> dict
     return {"name": trial_name(label, seed), "label": label, "ssat_key": trial_key(sweep, h, seed, "search")}
 
 
+def stopped_early(result: dict) -> bool:
+    """A trial's last result is not its last epoch's (which carries `time/epochs`) nor a divergence's
+    (`failed_reason`): Tune completed it early only because the scheduler stopped it."""
+    return "time/epochs" not in result and "failed_reason" not in result
+
+
 class SweepSearch(OptunaSearch):
     """OptunaSearch on the sweep's persisted study: intermediate values by epoch, trials named and linked.
 
@@ -134,6 +143,19 @@ class SweepSearch(OptunaSearch):
                 if isinstance(result.get(key), (int, float)):
                     self._ot_trials[trial_id].set_user_attr(key, float(result[key]) if key != "epoch" else
                                                             int(result[key]))
+            ended = None
+            if "failed_reason" in result:  # diverged: its NaN metric would leave the trial RUNNING in Optuna
+                self._ot_trials[trial_id].set_user_attr("failed_reason", str(result["failed_reason"])[:500])
+                ended = optuna.trial.TrialState.FAIL
+            elif stopped_early(result) and not error:
+                ended = optuna.trial.TrialState.PRUNED  # its value: its last report's (Optuna's rule)
+            if ended is not None:
+                try:
+                    self._ot_study.tell(self._ot_trials[trial_id], state=ended)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass  # told before the driver stopped, resumed by Tune from an older state
+                self._completed_trials.add(trial_id)
+                return
         super().on_trial_complete(trial_id, result, error)
 
     def restore(self, checkpoint_path: str):

@@ -185,7 +185,7 @@ def train_trial(config: dict) -> None:
                 result.update(_final(trainer, meta["stage"]))
             _report(result, work)
     except TrainingDiverged as exc:
-        # Deterministic: a retry would diverge again. End the trial with its reason; NaN tells Optuna it failed.
+        # Deterministic: a retry would diverge again. End the trial with its reason (its study trial FAILs: sweeps.study).
         log(f"stopped: {exc}")
         tune.report({"epoch": trainer.epoch + 1, "failed_reason": str(exc), "run_json": record["run_json"],
                      **{k: float("nan") for k in meta.get("metrics", [])}, **_recovery_keys(recovery)})

@@ -19,7 +19,7 @@ from ssat.datasets import DataError, check_root, import_labeled_idx, load_arrays
 from ssat.evaluate import load_checkpoint_model
 from ssat.presets import preset
 from ssat.pseudo_labels import PseudoLabelError, load_teacher_outputs
-from ssat.storage import CorruptFileError, save_verified
+from ssat.storage import CorruptFileError, ForeignFileError, save_verified
 from sweeps.errors import SweepError
 from sweeps.spec import SpecError, load_spec, parse_spec
 from ssat.synthetic import write_cifar10
@@ -444,7 +444,7 @@ CASES = [
     ("pseudo-no-tensor", lambda e: load_teacher(e, {"labels": torch.zeros(5)}), PseudoLabelError,
      [r"data\.pseudo_labels", r"no 'logits' or 'probs'"]),
     # checkpoints: another model, corrupt, truncated, foreign
-    ("ckpt-other-model", lambda e: load_checkpoint_model(checkpoint(e, **{"model.name": "wrn-16-1"})), ValueError,
+    ("ckpt-other-model", lambda e: load_checkpoint_model(checkpoint(e, **{"model.name": "wrn-16-1"})), ForeignFileError,
      [r"best\.pt", r"weights do not fit model 'wrn-16-1'"]),
     ("ckpt-flipped-byte", lambda e: load_checkpoint_model(flip_byte(e)), CorruptFileError,
      [r"best\.pt", r"checksum mismatch"]),
@@ -452,7 +452,7 @@ CASES = [
      [r"best\.pt", r"best\.pt\.sha256 is missing"]),
     ("ckpt-truncated-unverified", lambda e: load_checkpoint_model(truncated(e), unverified=True), CorruptFileError,
      [r"best\.pt", r"cannot be read as a checkpoint"]),
-    ("ckpt-not-ssat", lambda e: load_checkpoint_model(teacher_file(e, {"weights": torch.zeros(2)})), ValueError,
+    ("ckpt-not-ssat", lambda e: load_checkpoint_model(teacher_file(e, {"weights": torch.zeros(2)})), ForeignFileError,
      [r"teacher\.pt", r"not an ssat checkpoint", r"'model' and 'config'"]),
     ("ckpt-bad-config", lambda e: load_checkpoint_model(checkpoint(e, **{"method.beta": 3.0})), ConfigError,
      [r"method\.beta", r"3\.0", r"0 <= beta <= 1"]),

@@ -1,13 +1,17 @@
 """CIFAR batch files are read without running what a pickle asks for: only the published files' types are
-rebuilt; anything else is refused, naming the file, before it is built. --verify compares with the published MD5s."""
+rebuilt; anything else is refused, naming the file, before it is built; nothing a file asks for is allocated beyond
+its own size; a batch of the wrong shape or labels is one line naming the file. --verify compares with the
+published MD5s."""
 import hashlib
 import os
 import pickle
+import resource
+import struct
 
 import numpy as np
 import pytest
 
-from ssat import datasets
+from ssat import cifar_files, datasets
 from ssat.datasets import DataError, load_arrays, verify_published
 from ssat.synthetic import fake_arrays, write_cifar10, write_cifar100
 
@@ -76,7 +80,7 @@ def test_numpy_1_module_names_of_the_published_files_are_read(tmp_path):
     assert b"cnumpy.core.multiarray\n_reconstruct" in old
     path = tmp_path / "b"
     path.write_bytes(old)
-    d = datasets._unpickle(path, "labels")
+    d = cifar_files.unpickle_batch(path, "labels")
     assert np.array_equal(d["data"], x) and d["labels"] == [3, 4] and d["filenames"] == [b"a.png", b"b.png"]
 
 
@@ -84,9 +88,74 @@ def test_verify_names_each_file_that_is_not_the_published_one(tmp_path, monkeypa
     write_cifar100(tmp_path, 50, 10)
     train = tmp_path / "cifar-100-python" / "train"
     md5 = hashlib.md5(train.read_bytes()).hexdigest()
-    monkeypatch.setitem(datasets.PUBLISHED_MD5, "cifar-100-python/train", md5)
+    monkeypatch.setitem(cifar_files.PUBLISHED_MD5, "cifar-100-python/train", md5)
     test = tmp_path / "cifar-100-python" / "test"
     assert verify_published("cifar100", str(tmp_path)) == [
         f"{test}: MD5 {hashlib.md5(test.read_bytes()).hexdigest()}, the published file's is "
         "f0ef6b0ae62326f3e7ffdfab6717acfc"]
-    assert datasets.PUBLISHED_MD5["cifar-10-batches-py/data_batch_1"] == "c99cafc152244af753f735de768cd75f"
+    assert cifar_files.PUBLISHED_MD5["cifar-10-batches-py/data_batch_1"] == "c99cafc152244af753f735de768cd75f"
+
+
+class Huge:
+    """A pickle that names only the allowed numpy reconstructor, asking it for an array of 2.2 GB."""
+
+    def __reduce__(self):
+        return np._core.multiarray._reconstruct, (np.ndarray, (2_200_000_000,), b"b")
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.parametrize("payload, says", [
+    (pickle.dumps({"data": Huge(), "labels": [0]}, protocol=3), "asks for an array of 2,200,000,000 bytes (int8)"),
+    (b"\x80\x02N" + b"r" + struct.pack("<I", 2**30) + b".", "puts memo entry 1,073,741,824 after 0 entries"),
+])
+def test_a_small_pickle_cannot_make_the_loader_allocate_more_than_the_file(tmp_path, payload, says):
+    assert len(payload) < 200
+    write_cifar10(tmp_path, 50, 10)
+    bad = tmp_path / "cifar-10-batches-py" / "data_batch_1"
+    bad.write_bytes(payload)
+    before = _peak_mib()
+    with pytest.raises(DataError) as err:
+        load_arrays("cifar10", str(tmp_path))
+    assert str(err.value).startswith(f"{bad}: refused: its pickle ") and says in str(err.value), str(err.value)
+    assert "\n" not in str(err.value) and _peak_mib() - before < 200  # nothing near 2 GB was ever allocated
+
+
+def test_a_counted_length_beyond_the_file_is_refused_before_it_is_allocated(tmp_path):
+    bad = tmp_path / "b"
+    bad.write_bytes(b"\x80\x04\x8e" + struct.pack("<Q", 2**40) + b"xx.")  # BINBYTES8 of 1 TB in a 13-byte file
+    with pytest.raises(DataError, match=rf"^{bad}: cannot be read as a CIFAR batch \(UnpicklingError: "):
+        cifar_files.unpickle_batch(bad, "labels")
+
+
+@pytest.mark.parametrize("batch, says", [
+    ({"data": np.zeros((2, 100), np.uint8), "labels": [0, 1]}, "'data' is a uint8 array of shape (2, 100)"),
+    ({"data": np.zeros((2, 3072), np.float32), "labels": [0, 1]}, "'data' is a float32 array of shape (2, 3072)"),
+    ({"data": [1, 2], "labels": [0, 1]}, "'data' is a list"),
+    ({"data": np.zeros((2, 3072), np.uint8), "labels": [0]}, "'labels' are int64 of shape (1,), 0..0"),
+    ({"data": np.zeros((2, 3072), np.uint8), "labels": [0, 10]}, "'labels' are int64 of shape (2,), 0..10"),
+    ({"data": np.zeros((2, 3072), np.uint8), "labels": [-1, 3]}, "'labels' are int64 of shape (2,), -1..3"),
+    ({"data": np.zeros((2, 3072), np.uint8), "labels": ["a", "b"]}, "'labels' are <U1 of shape (2,)"),
+])
+def test_a_batch_of_the_wrong_shape_or_labels_is_one_line_naming_the_file(tmp_path, batch, says):
+    write_cifar10(tmp_path, 50, 10)
+    bad = tmp_path / "cifar-10-batches-py" / "test_batch"
+    bad.write_bytes(pickle.dumps(batch))
+    with pytest.raises(DataError) as err:
+        load_arrays("cifar10", str(tmp_path))
+    msg = str(err.value)
+    assert msg.startswith(f"{bad}: ") and says in msg and "\n" not in msg, msg
+    assert "a CIFAR batch holds 'data', an (N, 3072) uint8 array, and 'labels', N labels" in msg
+
+
+def test_a_published_batch_in_range_gives_images_and_int64_labels(tmp_path):
+    path = tmp_path / "b"
+    path.write_bytes(pickle.dumps({"data": np.arange(2 * 3072).astype(np.uint8).reshape(2, 3072),
+                                   "labels": np.array([0, 9], np.uint8)}))
+    x, y = cifar_files.batch_arrays(path, "labels", 10)
+    assert x.shape == (2, 3, 32, 32) and x.dtype == np.uint8 and x[1, 0, 0, 0] == 3072 % 256
+    assert y.tolist() == [0, 9] and y.dtype == np.int64
+    with pytest.raises(DataError, match="in 0..8"):
+        cifar_files.batch_arrays(path, "labels", 9)

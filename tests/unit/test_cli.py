@@ -53,7 +53,7 @@ def test_epochs_rescale_the_preset_before_the_overrides():
 
 
 def test_a_bad_preset_or_override_is_named():
-    with pytest.raises(KeyError, match="mnist5k-ssat-mbx"):
+    with pytest.raises(ConfigError, match="--preset: preset 'mnist5k-ssat-mbx' is unknown"):
         config_from_args(parse(["--preset", "mnist5k-ssat-mbx"]))
     with pytest.raises(ConfigError, match="method.bta"):
         config_from_args(parse(["--set", "method.bta=1"]))

@@ -89,6 +89,13 @@ def test_scale_epochs_rule_and_refusal():
     from_dict(d)
     with pytest.raises(ConfigError, match="collide after scaling"):
         scale_epochs(preset("cifar10-ssat-mbi"), 3)
+    # the refusal names the smallest --epochs above it that keeps the milestones apart (MNIST-5k: [6, 7, 9] of 10)
+    for small in (2, 3):
+        with pytest.raises(ConfigError, match=rf"--epochs {small}: .*the smallest --epochs that keeps them apart is 4,"):
+            scale_epochs(preset("mnist5k-ssat-mbi"), small)
+    assert scale_epochs(preset("mnist5k-ssat-mbi"), 4)["optim"]["lr_milestones"] == [2, 3, 4]
+    with pytest.raises(ConfigError, match="no smaller --epochs keeps them apart"):  # milestones that collide as given
+        scale_epochs({"optim": {"epochs": 10, "lr_milestones": [5, 5]}}, 5)
     # sections that are absent get the defaults' numbers; swa_start scales too (0 allowed)
     bare = scale_epochs({}, 50)
     assert bare["optim"]["epochs"] == 50 and from_dict(bare).optim.epochs == 50

@@ -48,7 +48,7 @@ def test_trials_are_named_and_linked_and_report_each_validated_epoch(tmp_path):
     s.on_trial_result("tune_a", {"epoch": 3, "val/pgd10": 99.0})  # a resumed trial's replay changes nothing
     assert link_mlflow_run(url, "unit", "tune_a", "run123") and not link_mlflow_run(url, "unit", "nobody", "x")
     assert link_mlflow_run(url, "unit", "tune_a", "run123")  # again: nothing to change
-    s.on_trial_complete("tune_a", {"epoch": 3, "val/pgd10": 30.0, "val/clean": 80.0})
+    s.on_trial_complete("tune_a", {"epoch": 3, "val/pgd10": 30.0, "val/clean": 80.0, "time/epochs": 3})
     assert not link_mlflow_run(url, "unit", "tune_a", "other")  # a finished trial keeps its attributes
     study = optuna.load_study(study_name="unit", storage=url)
     (t,) = study.trials
@@ -73,7 +73,7 @@ def test_a_restored_searcher_goes_on_with_the_same_study_and_fails_a_trial_tune_
     again = searcher(url)  # the resumed driver's (load_if_exists), then Tune restores the saved state into it
     again.restore(str(tmp_path / "searcher.pkl"))
     again.on_trial_result("a", {"epoch": 2, "val/pgd10": 7.0})
-    again.on_trial_complete("a", {"epoch": 2, "val/pgd10": 7.0})
+    again.on_trial_complete("a", {"epoch": 2, "val/pgd10": 7.0, "time/epochs": 2})
     again.suggest("c")
     trials = {t.user_attrs["tune_trial_id"]: t for t in optuna.load_study(study_name="unit", storage=url).trials}
     assert set(trials) == {"a", "b", "c"}  # one study trial per Tune trial: a was not asked again
@@ -87,9 +87,23 @@ def test_a_result_that_only_reaches_the_end_hook_is_still_an_intermediate_value(
     s = searcher(storage_url(tmp_path))
     s.suggest("a")
     s.on_trial_result("a", {"epoch": 1, "val/pgd10": 4.0})
-    s.on_trial_complete("a", {"epoch": 2, "val/pgd10": 6.0})
+    s.on_trial_complete("a", {"epoch": 2, "val/pgd10": 6.0, "time/epochs": 2})
     (t,) = s._ot_study.trials
-    assert (t.intermediate_values, t.value) == ({1: 4.0, 2: 6.0}, 6.0)
+    assert (t.intermediate_values, t.value, t.state.name) == ({1: 4.0, 2: 6.0}, 6.0, "COMPLETE")
+
+
+def test_a_trial_the_scheduler_stopped_with_a_value_ends_pruned_at_its_last_report(tmp_path):
+    """ASHA stopped it at its rung (epoch 2 of 3): PRUNED, not COMPLETE, its value the rung's report."""
+    s = searcher(storage_url(tmp_path))
+    s.suggest("cut")
+    s.on_trial_result("cut", {"epoch": 1, "val/pgd10": 4.0})
+    s.on_trial_complete("cut", {"epoch": 2, "val/pgd10": 6.0, "val/clean": 50.0})
+    s.on_trial_complete("cut", {"epoch": 2, "val/pgd10": 6.0})  # told twice: nothing changes
+    s.suggest("diverged")
+    s.on_trial_complete("diverged", {"epoch": 1, "val/pgd10": float("nan"), "failed_reason": "loss is nan"})
+    t, d = s._ot_study.trials
+    assert (t.state.name, t.value, t.intermediate_values, t.user_attrs["epoch"]) == ("PRUNED", 6.0, {1: 4.0, 2: 6.0}, 2)
+    assert (d.state.name, d.user_attrs["failed_reason"]) == ("FAIL", "loss is nan")
 
 
 def test_a_trial_without_a_value_ends_pruned_and_one_that_errored_fails(tmp_path):
