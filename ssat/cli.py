@@ -14,7 +14,7 @@ def add_config_args(ap: argparse.ArgumentParser, example: str) -> None:
     """--preset, --set KEY=VALUE ... (`example`: one override, for the help) and --data-root."""
     ap.add_argument("--preset", default=DEFAULT_PRESET,
                     help=f"one of: {', '.join(sorted(PRESETS))}")  # pragma: no mutate
-    ap.add_argument("--set", nargs="*", default=[],
+    ap.add_argument("--set", nargs="*", default=[], action="extend",
                     metavar="KEY=VALUE", help=f"dotted overrides, e.g. {example}")  # pragma: no mutate
     ap.add_argument("--data-root", default=None,
                     help="where the dataset's files are")  # pragma: no mutate

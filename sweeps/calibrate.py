@@ -352,7 +352,7 @@ def add_parser(sub) -> None:
                    help="only the figures this GPU has no measurement of yet (yours or the repository's)")
     c.add_argument("--only", nargs="+", default=list(KINDS), choices=KINDS, metavar="KIND",
                    help=f"only these kinds of figure: {', '.join(KINDS)} (default: all)")
-    c.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+    c.add_argument("--set", nargs="*", default=[], action="extend", metavar="KEY=VALUE",
                    help="overrides applied to every trial, as for run (e.g. eval.tf32=true)")
     c.add_argument("--jobs", type=int, default=None,
                    help="processes at once (default: the CPU count, at most 16; fewer where GPU memory is short)")

@@ -177,7 +177,7 @@ def _trial_options(p: argparse.ArgumentParser) -> None:
                    help="these seeds instead of the spec's (each row runs once per seed)")
     p.add_argument("--rows", nargs="+", default=None, metavar="ROW",
                    help="only these rows of a grid spec (quote them: 'linear|on')")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", nargs="*", default=[], action="extend", metavar="KEY=VALUE",
                    help="config overrides applied to every trial (e.g. method.beta=0.5 optim.lr=0.05)")
     p.add_argument("--name", default=None, help="the sweep's name (default: the spec's); its state is in "
                                                 "<workdir>/runs/sweeps/NAME, its runs in the MLflow experiment NAME")

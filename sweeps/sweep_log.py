@@ -10,6 +10,9 @@ something goes wrong. The console gets one line per event from the sweep's own c
   says it): to the log only;
 - Tune's own tables of trials and results, and its print of every trial error: off (its legacy reporter at
   verbosity 0 prints none of them);
+- Tune's own advice after a stop ("Stop signal received ... Press CTRL+C ... to skip", "Resume experiment with:
+  Tuner.restore(...)"): to the log only, since the driver says the stop and prints the sweep's own resume command
+  (a further signal while it records the stop is ignored);
 - Optuna's log lines ("A new study created ...") and the warnings Python's `warnings` raises in the driver (Optuna's
   ExperimentalWarning for the sampler's `group`, deprecations): to the log only.
 
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 
 TRACEBACK = "Traceback (most recent call last)"
+TUNE_STOP_ADVICE = ("Tuner.restore(", "Stop signal received")  # Tune's words after a stop (Ray 2.60's tune.py)
 
 
 class SweepLog:
@@ -63,6 +67,9 @@ class ToSweepLog(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
+        if LOG.path is not None and any(words in message for words in TUNE_STOP_ADVICE):
+            LOG.write(f"{record.levelname} {record.name}: {message}")
+            return False
         has_tb = bool(record.exc_info) or TRACEBACK in message
         if not has_tb or LOG.path is None:
             return True

@@ -43,6 +43,18 @@ def test_set_then_paths_override_the_preset_and_an_absent_path_overrides_nothing
     assert cfg.data.teacher_dir == "/given"
 
 
+def test_each_set_flag_adds_its_overrides_none_is_dropped():
+    """`--set a=1 --set b=2` (as a README line and a user's edit of it read) keeps both: a repeated flag used to
+    replace the first one's values silently."""
+    cfg = config_from_args(parse(["--set", "method.beta=0.5", "--set", "eval.autoattack=false", "attack.t=3"]))
+    assert (cfg.method.beta, cfg.eval.autoattack, cfg.attack.t) == (0.5, False, 3)
+    from sweeps.cli import build_parser
+
+    for cmd in (["run", "x.yaml"], ["calibrate", "x.yaml"]):
+        args = build_parser().parse_args([*cmd, "--set", "method.beta=0.5", "--set", "attack.t=3"])
+        assert args.set == ["method.beta=0.5", "attack.t=3"], cmd
+
+
 def test_epochs_rescale_the_preset_before_the_overrides():
     base = preset("mnist5k-ssat-mbi")
     cfg = config_from_args(parse([]), epochs=20)

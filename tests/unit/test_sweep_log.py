@@ -91,3 +91,20 @@ def test_the_log_is_written_only_in_a_sweep_one_stamped_line_per_message(tmp_pat
     lines = (tmp_path / "sweep.log").read_text().splitlines()
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[ray \] no pid given", lines[0]), lines
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d two", lines[1]) and lines[2:] == ["lines"], lines
+
+
+def test_tunes_own_resume_advice_goes_to_the_sweep_log_only(tmp_path):
+    """After a stop the driver prints the sweep's resume command; Tune's Tuner.restore(...) line and its 'press
+    CTRL+C again' would contradict it on the console."""
+    quiet = ToSweepLog()
+    words = ("Experiment has been interrupted, but the most recent state was saved.\nResume experiment with: "
+             "Tuner.restore(path=\"/x/tune/search\", trainable=...)")
+    stop = "Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run. Press CTRL+C to skip."
+    with diverted(tmp_path / "sweep.log"):
+        for msg in (words, stop):
+            assert not quiet.filter(logging.LogRecord("ray.tune.tune", logging.WARNING, __file__, 1, msg, (), None))
+        assert quiet.filter(logging.LogRecord("ray.tune.tune", logging.WARNING, __file__, 1, "Wrote the state", (),
+                                              None))
+    log = (tmp_path / "sweep.log").read_text()
+    assert 'Tuner.restore(path="/x/tune/search"' in log and "Stop signal received" in log and "Wrote" not in log
+    assert quiet.filter(logging.LogRecord("ray.tune.tune", logging.WARNING, __file__, 1, words, (), None))  # outside
