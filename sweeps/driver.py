@@ -44,7 +44,7 @@ from .spec import NAME_RE, Spec, parse_spec, read_yaml
 from .study import check_new_study, dashboard_command, redacted, storage_url
 from .sweep_log import diverted
 from .teacher_stage import teacher_stage
-from .tracking import Tracker, check_reachable, resolve_uri, ui_url
+from .tracking import Tracker, check_reachable, resolve_uri, ui_url, uri_source
 from .tuners import grid_tuner, restore_tuner, search_tuner
 
 Log = Callable[[str], None]
@@ -329,7 +329,7 @@ def run_sweep(spec_path: str | Path, args: RunArgs, *, workdir: str | Path = "."
         _refuse_if_driven(paths)
         raise SweepError(unfinished)
     check_free(paths.workdir)
-    check_reachable(uri)  # before the lock: an unreachable store leaves no folder behind
+    check_reachable(uri, source=uri_source(tracking_uri))  # before the lock: an unreachable store leaves no folder
     study_url = storage_url(paths.sweep_dir, args.optuna_storage) if spec.search else None
     if study_url:
         check_new_study(study_url, spec.name)
@@ -358,7 +358,8 @@ def resume_sweep(name: str, *, workdir: str | Path = ".", rerun_failed: bool = F
             state.args.address = address
         if tracking_uri:
             state.tracking_uri = tracking_uri
-        check_reachable(state.tracking_uri)
+        check_reachable(state.tracking_uri, source="--tracking-uri" if tracking_uri else "the sweep's store "
+                        "(resume --tracking-uri gives another)")
         state.driver_pid, state.status = os.getpid(), "running"
         state.save(paths)
         return execute(state.spec(), paths, state, resume=True, rerun_failed=rerun_failed, log=log, lock=lock)

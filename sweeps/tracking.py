@@ -134,21 +134,30 @@ def resolve_uri(uri: str | None, workdir: str | Path) -> str:
     return with_pg_driver(uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(workdir))
 
 
+def uri_source(uri: str | None) -> str:
+    """Where resolve_uri(uri, ...) took the store from, as an error names it."""
+    if uri:
+        return "--tracking-uri"
+    return "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "the default store (--workdir)"
+
+
 def with_pg_driver(uri: str) -> str:
     """A PostgreSQL store through psycopg2, the driver the project pins: for a bare `postgresql://` SQLAlchemy 2.1
     loads psycopg 3, which is not installed."""
     return "postgresql+psycopg2://" + uri[len("postgresql://"):] if uri.startswith("postgresql://") else uri
 
 
-def check_reachable(uri: str, timeout: float = 10.0) -> None:
-    """Fail fast, before any training, when the store cannot be used."""
+def check_reachable(uri: str, timeout: float = 10.0, source: str | None = None) -> None:
+    """Fail fast, before any training, when the store cannot be used; the error starts with `source` (the option or
+    variable the URI came from: uri_source), when given."""
+    said = f"{source}: " if source else ""
     if uri.startswith(("http://", "https://")):
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
                 if r.status != 200:
-                    raise TrackingUnavailable(f"MLflow server at {uri} answered {r.status} on /health")
+                    raise TrackingUnavailable(f"{said}MLflow server at {uri} answered {r.status} on /health")
         except (urllib.error.URLError, OSError) as exc:
-            raise TrackingUnavailable(f"MLflow tracking server at {uri} cannot be reached ({exc}); start it, or "
+            raise TrackingUnavailable(f"{said}MLflow tracking server at {uri} cannot be reached ({exc}); start it, or "
                                       "pass --tracking-uri / MLFLOW_TRACKING_URI of a running one") from None
         return
     try:  # a SQLite file's folders are made by MLflow
@@ -156,7 +165,8 @@ def check_reachable(uri: str, timeout: float = 10.0) -> None:
             new_sqlite_store(uri)
             MlflowClient(uri).search_experiments()
     except Exception as exc:
-        raise TrackingUnavailable(f"MLflow store {uri} cannot be used: {str(exc)[:500]}{_wedged(uri, exc)}") from None
+        raise TrackingUnavailable(f"{said}MLflow store {uri} cannot be used: {str(exc)[:500]}{_wedged(uri, exc)}") \
+            from None
 
 
 def new_sqlite_store(uri: str) -> None:

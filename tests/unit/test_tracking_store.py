@@ -300,6 +300,17 @@ def test_the_store_uri_and_its_check(tmp_path, store, monkeypatch):
         tracking.check_reachable(uri)
     cause = f"[Errno 20] Not a directory: '{deep / 'a-file' / 'x'}'"
     assert len(cause) > 500 and str(err.value) == f"MLflow store {uri} cannot be used: {cause[:500]}"
+    with pytest.raises(tracking.TrackingUnavailable) as err:  # the error names where the URI came from
+        tracking.check_reachable(uri, source="--tracking-uri")
+    assert str(err.value) == f"--tracking-uri: MLflow store {uri} cannot be used: {cause[:500]}"
+
+
+def test_the_source_of_a_tracking_uri_is_the_option_the_variable_or_the_default(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.uri_source("sqlite:///x.db") == "--tracking-uri"
+    assert tracking.uri_source(None) == "the default store (--workdir)"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
+    assert tracking.uri_source(None) == "MLFLOW_TRACKING_URI" and tracking.uri_source("y") == "--tracking-uri"
 
 
 def test_check_reachable_asks_a_servers_health(tmp_path):
