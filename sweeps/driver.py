@@ -33,7 +33,7 @@ from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, 
                           proc_start_ticks, signal_holder)
 from .disk import CAUSE as DISK_FULL, DiskFull, DiskWatch, check_free, disk_guard, drop_torn_checkpoints
 from .errors import SweepError, UsageError
-from .outcomes import TrialOutcome, stage_outcome, top_configs
+from .outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs
 from .paths import Paths, sweep_paths
 from .provenance import code_version
 from .resources import check_gpu, init_ray
@@ -505,10 +505,7 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
         + (f", {out.stopped_early} stopped early by the scheduler" if out.stopped_early else "")
         + f" in {time.perf_counter() - t1:.1f} s")
     if interrupt.requested:
-        for t in out.trials:  # even one judged finished: Tune may not have completed it (kill skips ended runs)
-            if t.last_epoch >= 1:  # one cut before its first report is ended by _end_left_running, if it started
-                tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted ({interrupt.cause}) {cut_at(t)}; "
-                                                    f"resume with: {resume_command(paths)}"})
+        end_cut_trials(out, tracker, interrupt.cause, resume_command(paths))
         return ""
     if not out.complete:
         for p in out.problems:
@@ -532,6 +529,15 @@ def _stage_done(stage: str, paths: Paths, state: SweepState) -> None:
     state.phases[stage] = "done"
     state.save(paths)
     return None
+
+
+def end_cut_trials(out: StageOutcome, tracker: Tracker, cause: str, resume: str) -> None:
+    """After a stop in a stage: each trial's run that reported an epoch ends KILLED, saying by what, where it was cut
+    (cut_at) and the resume command. Even a trial judged finished: Tune may not have completed it (`Tracker.kill`
+    ends only a RUNNING run); one cut before its first report is ended by _end_left_running, if it started."""
+    for t in out.trials:
+        if t.last_epoch >= 1:
+            tracker.kill(t.key, {"ssat.status": f"KILLED: interrupted ({cause}) {cut_at(t)}; resume with: {resume}"})
 
 
 def cut_at(t: TrialOutcome) -> str:

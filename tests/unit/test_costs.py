@@ -4,6 +4,7 @@ import pytest
 
 from ssat.config import from_dict
 from ssat.presets import preset
+from sweeps import costs
 from sweeps.costs import AA_SHARES, Measurements, attack_cost, packing_factor, resolve_gpu
 
 
@@ -202,3 +203,12 @@ def test_the_units_of_a_grid_and_of_a_search(tmp_path):
         {"row": "confirm top-2", "seed": 10, "stage": "confirm", "count": 2},
         {"row": "confirm top-2", "seed": 11, "stage": "confirm", "count": 2}]
     assert {u["mode"] for u in est["units"]} == {"graph+compile+fused"}
+
+
+@pytest.mark.parametrize("share, packed", [(1, 1), (0.6, 1), (0.5, 2), (0.4, 2), (1 / 3, 3), (0.3, 3), (0.25, 4),
+                                           (0.2, 5), (0.11, 9), (0.1, 10), (0, 0)])
+def test_a_gpu_holds_as_many_trials_as_whole_shares_fit_in_it(share, packed):
+    """Ray places a trial of resources.gpu = share on a GPU while the shares there sum to at most 1: floor(1 / share)
+    trials (0.6: one, its remaining 0.4 idle; 0.3: three), never a rounded count; 1/3 and 0.1 are three and ten
+    despite their binary fractions. 0: CPU trials, no GPU."""
+    assert costs.trials_per_gpu(share) == packed

@@ -252,3 +252,34 @@ def test_a_stop_asked_inside_a_held_block_comes_at_its_end_and_a_lost_one_at_the
     quiet.stopping = True
     quiet._handler(sig.SIGINT, None)  # while the stop is recorded
     assert quiet.cause is None
+
+
+def test_a_stop_ends_each_cut_trials_run_killed_with_the_epoch_it_was_in_and_the_resume_command(tmp_path):
+    """The branch a stop in a stage takes after Tune returns (driver.end_cut_trials), on a real SQLite store: a
+    trial cut in its second epoch reads KILLED 'in epoch 2'; one whose last report Tune processed but never
+    completed reads 'after its last epoch'; a run already ended keeps its end; a trial that never reported is
+    left to _end_left_running."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.driver import end_cut_trials
+    from sweeps.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, "exp", log=lambda line: None)
+    for key in ("second", "last", "ended", "never"):
+        tracker.ensure_run(key, {"ssat.key": key, "ssat.status": "RUNNING"}, name=key)
+    tracker.end("ended")
+    out = StageOutcome("grid", 4, [TrialOutcome("second", "interrupted", 1, 4, {}, {}),
+                                   TrialOutcome("last", "finished", 4, 4, {}, {}),
+                                   TrialOutcome("ended", "finished", 4, 4, {}, {}),
+                                   TrialOutcome("never", "interrupted", 0, 4, {}, {})])
+    end_cut_trials(out, tracker, "SIGTERM", "python -m sweeps resume s --workdir W")
+    tracker.drain(force=True)
+    runs = {r.data.tags["ssat.key"]: r for r in MlflowClient(uri).search_runs(
+        [MlflowClient(uri).get_experiment_by_name("exp").experiment_id])}
+    assert runs["second"].info.status == "KILLED" and runs["second"].data.tags["ssat.status"] == (
+        "KILLED: interrupted (SIGTERM) in epoch 2; resume with: python -m sweeps resume s --workdir W")
+    assert runs["last"].info.status == "KILLED" and runs["last"].data.tags["ssat.status"].startswith(
+        "KILLED: interrupted (SIGTERM) after its last epoch, before Tune completed it;")
+    assert (runs["ended"].info.status, runs["ended"].data.tags["ssat.status"]) == ("FINISHED", "RUNNING")
+    assert (runs["never"].info.status, runs["never"].data.tags["ssat.status"]) == ("RUNNING", "RUNNING")

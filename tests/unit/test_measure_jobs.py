@@ -110,3 +110,30 @@ def test_the_synthetic_data_of_a_figure_is_written_once(tmp_path):
     stamp = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
     assert measure.synthetic_root("cifar10", 30, tmp_path) == str(root)
     assert {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} == stamp
+
+
+def test_a_pgd_k_figure_is_the_time_of_the_passes_pgd_k_makes(monkeypatch, tmp_path):
+    """Calibrate times PGD-2 and PGD-6 and prices PGD-k from them. On a clock where each image's forward pass costs
+    1 ms (a gradient step's backward rides with its forward), PGD-k makes k gradient passes and one final forward
+    per image (its random start is noise, no pass): its figure must be (k + 1) ms an image, the same as timing PGD-k
+    itself; the clean figure one pass."""
+    from ssat.evaluate import pgd_accuracy
+
+    spec = {**cal.job(item("eval"), ARGS, tmp_path / "cache"), "attacks": ["clean", "pgd10", "pgd20", "pgd40"]}
+    job = measure.EvalJob(spec, tmp_path)
+    seen = []
+    job.net.register_forward_hook(lambda module, inputs, output: seen.append(len(inputs[0])))
+
+    def pass_clock(device, fn):
+        seen.clear()
+        fn()
+        return sum(seen) * 1e-3
+
+    monkeypatch.setattr(measure, "timed", pass_clock)
+    recs = {r["attack"]: r for r in job.measure()}
+    n, eps, b = len(job.x), job.cfg.eps, job.cfg.eval.batch_size
+    assert recs["clean"]["s_per_1000"] == pytest.approx(1.0)
+    for k in (10, 20, 40):
+        direct = pass_clock(None, lambda: pgd_accuracy(job.net, job.x, job.y, eps=eps, steps=k, batch_size=b))
+        assert recs[f"pgd{k}"]["s_per_1000"] == pytest.approx(1000 * direct / n) == pytest.approx(k + 1.0), k
+        assert recs[f"pgd{k}"]["passes_per_s"] == pytest.approx(1000.0)  # one iteration: 1 ms an image

@@ -426,3 +426,32 @@ def test_an_empty_spool_left_by_a_driver_is_adopted_and_removed(tmp_path):
     t = Tracker(f"http://127.0.0.1:{free_port()}", "exp", spool=spool, log=lines.append)
     assert t.queue == [] and not spool.exists()  # nothing to journal: the file goes
     assert lines == ["[tracking] adopted 0 operation(s) left unsent by an earlier driver (tracking_spool.jsonl)"]
+
+
+def test_a_second_creator_of_a_new_store_waits_for_the_first_then_finds_it_made(tmp_path):
+    """While one driver holds the creation lock of a new SQLite store, another's check_reachable waits (it neither
+    refuses nor creates beside it); once the lock is released it opens the store the first one made."""
+    import fcntl
+    import threading
+
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    outcome = []
+
+    def second():
+        try:
+            tracking.check_reachable(uri)
+            outcome.append("ok")
+        except Exception as exc:  # noqa: BLE001 - the test reports whatever it raised
+            outcome.append(repr(exc))
+
+    with open(db, "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the first creator, mid-creation
+        waiter = threading.Thread(target=second, daemon=True)
+        waiter.start()
+        waiter.join(1.5)
+        assert waiter.is_alive() and outcome == [] and db.stat().st_size == 0  # waiting, nothing made
+        tracking.new_sqlite_store(uri)  # the first creator makes the store, then lets go
+    waiter.join(60)
+    assert outcome == ["ok"] and not list(tmp_path.glob(".mlflow.db.creating-*"))
+    assert MlflowClient(uri).search_experiments()  # the store both opened
