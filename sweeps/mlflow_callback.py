@@ -65,15 +65,20 @@ def error_reason(error_file: str | None) -> tuple[str, bool]:
     return (rest if refused else reason), refused
 
 
-def _end_tags(last: dict, meta: dict) -> dict:
-    """Tags of a trial Tune completed: FINISHED, or stopped early by the search's scheduler (ASHA) at an epoch
-    before its config's last (Tune calls on_trial_complete for neither an error nor a Ctrl+C)."""
+def _end_tags(last: dict, meta: dict) -> tuple[dict, str]:
+    """Tags and MLflow status of a trial Tune completed (Tune calls on_trial_complete for neither an error nor a
+    Ctrl+C): FINISHED only with its last epoch reported; stopped early by the search's scheduler (ASHA) at an epoch
+    before its config's last; any other early completion (a stage without a scheduler: nothing should end a trial
+    early) KILLED, saying that a resume continues it."""
     epoch, epochs = int(last.get("epoch") or 0), int(meta.get("epochs") or 0)
-    if "time/epochs" in last or not epochs or epoch >= epochs:
-        return {"ssat.status": "FINISHED"}
-    by = meta.get("scheduler") or "scheduler"
-    return {"ssat.status": f"STOPPED_EARLY: {by} at epoch {epoch} of {epochs}", "ssat.stopped_by": by,
-            "ssat.stopped_epoch": epoch}
+    if "time/epochs" in last or (epochs and epoch >= epochs):
+        return {"ssat.status": "FINISHED"}, "FINISHED"
+    by = meta.get("scheduler")
+    if by:
+        return {"ssat.status": f"STOPPED_EARLY: {by} at epoch {epoch} of {epochs}", "ssat.stopped_by": by,
+                "ssat.stopped_epoch": epoch}, "FINISHED"
+    return {"ssat.status": f"KILLED: ended at epoch {epoch} of {epochs or '?'} without its last; resume continues "
+                           "it"}, "KILLED"
 
 
 class TrackingCallback(Callback):
@@ -206,8 +211,9 @@ class TrackingCallback(Callback):
             for name in ARTIFACTS:
                 if (keep / name).exists():
                     self.tracker.log_artifact(key, keep / name, "checkpoints" if name.endswith(("pt", "sha256")) else None)
-        self.tracker.set_tags(key, _end_tags(last, meta))
-        self.tracker.end(key, "FINISHED")
+        tags, status = _end_tags(last, meta)
+        self.tracker.set_tags(key, tags)
+        self.tracker.end(key, status)
 
     @_guarded
     def on_trial_error(self, iteration, trials, trial, **info):

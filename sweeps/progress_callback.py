@@ -165,11 +165,16 @@ class ProgressCallback(Callback):
         last = trial.last_result or {}
         if "failed_reason" in last:
             return  # on_trial_result said why it stopped
-        if "time/epochs" not in last:  # Tune completes a trial early only when the scheduler stops it
-            # its remaining epochs will never run: take them out of what is left
-            self.total_epochs -= max(0, self._view(trial).epochs - int(last.get("epoch") or 0))
-            print(f"[sweep] {self._name(trial)}: stopped early by the scheduler after epoch {last.get('epoch')}",
-                  flush=True)
+        if "time/epochs" not in last:  # completed before its last epoch
+            v = self._view(trial)
+            # its remaining epochs will not run in this driver: take them out of what is left
+            self.total_epochs -= max(0, v.epochs - int(last.get("epoch") or 0))
+            if v.meta.get("scheduler"):
+                print(f"[sweep] {self._name(trial)}: stopped early by the scheduler after epoch {last.get('epoch')}",
+                      flush=True)
+            else:  # nothing should end it early (sweeps.mlflow_callback._end_tags: its run ends KILLED)
+                print(f"[sweep] {self._name(trial)}: ended after epoch {last.get('epoch')} of {v.epochs or '?'} "
+                      "without its last; the stage is incomplete and a resume continues it", flush=True)
             return
         # Counted from the trials' states, so a resumed sweep counts what finished before it too.
         done = len({t.trial_id for t in trials if t.status == "TERMINATED"

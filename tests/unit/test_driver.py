@@ -92,9 +92,20 @@ def test_confirm_never_ranks_a_partial_run():
 
 def test_end_tags_record_an_early_stop_with_scheduler_and_epoch():
     meta = {"epochs": 6, "scheduler": "asha"}
-    assert _end_tags({"epoch": 6, "time/epochs": 6}, meta) == {"ssat.status": "FINISHED"}
-    assert _end_tags({"epoch": 2}, meta) == {"ssat.status": "STOPPED_EARLY: asha at epoch 2 of 6",
-                                              "ssat.stopped_by": "asha", "ssat.stopped_epoch": 2}
+    assert _end_tags({"epoch": 6, "time/epochs": 6}, meta) == ({"ssat.status": "FINISHED"}, "FINISHED")
+    assert _end_tags({"epoch": 2}, meta) == ({"ssat.status": "STOPPED_EARLY: asha at epoch 2 of 6",
+                                              "ssat.stopped_by": "asha", "ssat.stopped_epoch": 2}, "FINISHED")
+
+
+@pytest.mark.parametrize("meta", [{"epochs": 12}, {}])
+def test_a_run_is_finished_only_with_all_its_epochs_where_no_scheduler_stops_trials(meta):
+    """Issue 44 item 6: a grid trial that Tune completed after 4 of its 12 epochs read FINISHED in MLflow. Without
+    a scheduler nothing should end a trial early: its run ends KILLED, saying a resume continues it."""
+    tags, status = _end_tags({"epoch": 4}, meta)
+    assert status == "KILLED" and tags == {"ssat.status": f"KILLED: ended at epoch 4 of {meta.get('epochs', '?')} "
+                                                          "without its last; resume continues it"}
+    assert _end_tags({"epoch": 12, "time/epochs": 12}, meta) == ({"ssat.status": "FINISHED"}, "FINISHED")
+    assert _end_tags({"epoch": 12}, {"epochs": 12})[1] == "FINISHED"  # its last epoch reported
 
 
 def test_a_cut_trial_says_the_epoch_it_was_in_or_that_only_its_completion_was_missing():

@@ -20,9 +20,10 @@ def _base(epochs: int) -> dict:
                                                   "optim.lr_factors": [], "attack.schedule": "const"}).to_dict()
 
 
-def _trial(tid, epochs=3, sampled=None, row="r"):
+def _trial(tid, epochs=3, sampled=None, row="r", scheduler=None):
     """A trial as Tune holds it (sweeps.trial_settings): a grid row's, or with `sampled` a search's."""
-    meta = {"sweep": "s", "stage": "search" if sampled else "grid", "row": "" if sampled else row, "seed": 0}
+    meta = {"sweep": "s", "stage": "search" if sampled else "grid", "row": "" if sampled else row, "seed": 0,
+            **({"scheduler": scheduler} if scheduler else {})}
     cfg = {"trial": {"meta": meta, "base": _base(epochs)}, **(sampled or {})}
     return SimpleNamespace(trial_id=tid, config=cfg, last_result={}, status="RUNNING", error_file=None)
 
@@ -64,7 +65,7 @@ def test_an_early_stop_takes_its_remaining_epochs_out(monkeypatch, capsys):
     clock = Clock()
     monkeypatch.setattr(progress.time, "perf_counter", clock)
     cb = ProgressCallback(total=2, total_epochs=8)
-    a, b = _trial("a", epochs=4), _trial("b", epochs=4)
+    a, b = _trial("a", epochs=4, scheduler="asha"), _trial("b", epochs=4, scheduler="asha")
     clock.t += 4
     cb.on_trial_result(0, [a, b], a, {"epoch": 1})
     cb.on_trial_result(0, [a, b], a, {"epoch": 2})
@@ -165,3 +166,15 @@ def test_on_trial_recover_prints_the_retry_line(capsys, tmp_path):
     assert progress.last_error(t) is None
     t.pickled_error_file = None
     assert progress.last_error(t) is None
+
+
+def test_a_trial_ended_early_where_no_scheduler_stops_trials_is_not_called_stopped_by_one(capsys):
+    """Issue 44 item 6: a grid trial Tune completed after 4 of 12 epochs was announced as 'stopped early by the
+    scheduler' (a grid has none): the line says it ended without its last epoch and that a resume continues it."""
+    cb = ProgressCallback(total=1, total_epochs=12)
+    a = _trial("a", epochs=12)
+    a.last_result = {"epoch": 4}
+    cb.on_trial_complete(0, [a], a)
+    out = capsys.readouterr().out
+    assert "ended after epoch 4 of 12 without its last; the stage is incomplete and a resume continues it" in out
+    assert "scheduler" not in out and cb.total_epochs == 4
