@@ -69,7 +69,7 @@ def _end_tags(last: dict, meta: dict) -> tuple[dict, str]:
     """Tags and MLflow status of a trial Tune completed (Tune calls on_trial_complete for neither an error nor a
     Ctrl+C): FINISHED only with its last epoch reported; stopped early by the search's scheduler (ASHA) at an epoch
     before its config's last; any other early completion (a stage without a scheduler: nothing should end a trial
-    early) KILLED, saying that a resume continues it."""
+    early) KILLED."""
     epoch, epochs = int(last.get("epoch") or 0), int(meta.get("epochs") or 0)
     if "time/epochs" in last or (epochs and epoch >= epochs):
         return {"ssat.status": "FINISHED"}, "FINISHED"
@@ -77,8 +77,8 @@ def _end_tags(last: dict, meta: dict) -> tuple[dict, str]:
     if by:
         return {"ssat.status": f"STOPPED_EARLY: {by} at epoch {epoch} of {epochs}", "ssat.stopped_by": by,
                 "ssat.stopped_epoch": epoch}, "FINISHED"
-    return {"ssat.status": f"KILLED: ended at epoch {epoch} of {epochs or '?'} without its last; resume continues "
-                           "it"}, "KILLED"
+    return {"ssat.status": f"KILLED: ended at epoch {epoch} of {epochs or '?'} without its last (Tune completed it "
+                           "early)"}, "KILLED"
 
 
 class TrackingCallback(Callback):

@@ -174,7 +174,7 @@ class ProgressCallback(Callback):
                       flush=True)
             else:  # nothing should end it early (sweeps.mlflow_callback._end_tags: its run ends KILLED)
                 print(f"[sweep] {self._name(trial)}: ended after epoch {last.get('epoch')} of {v.epochs or '?'} "
-                      "without its last; the stage is incomplete and a resume continues it", flush=True)
+                      "without its last: Tune completed it early, and the stage is incomplete", flush=True)
             return
         # Counted from the trials' states, so a resumed sweep counts what finished before it too.
         done = len({t.trial_id for t in trials if t.status == "TERMINATED"

@@ -100,10 +100,10 @@ def test_end_tags_record_an_early_stop_with_scheduler_and_epoch():
 @pytest.mark.parametrize("meta", [{"epochs": 12}, {}])
 def test_a_run_is_finished_only_with_all_its_epochs_where_no_scheduler_stops_trials(meta):
     """Issue 44 item 6: a grid trial that Tune completed after 4 of its 12 epochs read FINISHED in MLflow. Without
-    a scheduler nothing should end a trial early: its run ends KILLED, saying a resume continues it."""
+    a scheduler nothing should end a trial early: its run ends KILLED, saying so."""
     tags, status = _end_tags({"epoch": 4}, meta)
     assert status == "KILLED" and tags == {"ssat.status": f"KILLED: ended at epoch 4 of {meta.get('epochs', '?')} "
-                                                          "without its last; resume continues it"}
+                                                          "without its last (Tune completed it early)"}
     assert _end_tags({"epoch": 12, "time/epochs": 12}, meta) == ({"ssat.status": "FINISHED"}, "FINISHED")
     assert _end_tags({"epoch": 12}, {"epochs": 12})[1] == "FINISHED"  # its last epoch reported
 

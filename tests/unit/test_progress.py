@@ -170,11 +170,11 @@ def test_on_trial_recover_prints_the_retry_line(capsys, tmp_path):
 
 def test_a_trial_ended_early_where_no_scheduler_stops_trials_is_not_called_stopped_by_one(capsys):
     """Issue 44 item 6: a grid trial Tune completed after 4 of 12 epochs was announced as 'stopped early by the
-    scheduler' (a grid has none): the line says it ended without its last epoch and that a resume continues it."""
+    scheduler' (a grid has none): the line says it ended without its last epoch."""
     cb = ProgressCallback(total=1, total_epochs=12)
     a = _trial("a", epochs=12)
     a.last_result = {"epoch": 4}
     cb.on_trial_complete(0, [a], a)
     out = capsys.readouterr().out
-    assert "ended after epoch 4 of 12 without its last; the stage is incomplete and a resume continues it" in out
+    assert "ended after epoch 4 of 12 without its last: Tune completed it early, and the stage is incomplete" in out
     assert "scheduler" not in out and cb.total_epochs == 4
