@@ -130,3 +130,72 @@ def test_a_group_sigterm_in_the_teacher_or_ray_stage_ends_the_sweep_cleanly(tmp_
     kill_ray_leftovers(ray_tmp)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert_finished_unharmed(work, epochs=2)
+
+
+def test_a_group_sigterm_in_a_resumed_searchs_confirm_stage_ends_it_cleanly(tmp_path):
+    """Issue 44, item 1, as seen: a search stopped in its search stage, resumed, and the resumed driver's confirm
+    stage ended by `timeout` (SIGTERM to the driver's process group): exit 1, INCOMPLETE in stage confirm, no run
+    RUNNING, no traceback, and a second `resume` finishes the sweep (before, 3 runs stayed RUNNING)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from real_driver import ROOT, kill_ray_leftovers
+    from tests.integration.sweep_helpers import write_spec
+
+    work = tmp_path / "w"
+    work.mkdir()
+    search = {"num_samples": 2, "sampler_seed": 0, "space": {"method.beta": {"float": [0.0, 1.0]}},
+              "confirm": {"top_k": 1, "seeds": [10]}}
+    spec = write_spec(work / "search.yaml", "cut-confirm", epochs=2, search=search,
+                      overrides={"attack.schedule": "const"})
+    ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")
+
+    def driver(fault: str, *argv: str) -> subprocess.Popen:
+        env = sweep_env(work, ray_tmp, tmp_path / "teachers", fault=fault)
+        log = open(work / "driver.log", "wb")
+        return subprocess.Popen([sys.executable, "-m", "sweeps", *argv, "--workdir", str(work)], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop_when_paused(proc: subprocess.Popen, marker: str, group: bool) -> tuple[int, str]:
+        try:
+            deadline = time.monotonic() + 480
+            while not ((work / "once").exists() and any((work / "once").glob(marker))):
+                assert proc.poll() is None and time.monotonic() < deadline, (work / "driver.log").read_text()[-3000:]
+                time.sleep(0.2)
+            time.sleep(1)  # the pause starts right after its marker is written
+            os.killpg(proc.pid, signal.SIGTERM) if group else proc.send_signal(signal.SIGTERM)
+            return proc.wait(180), (work / "driver.log").read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    try:
+        rc, out = stop_when_paused(driver("pause@2:1/seed=0", "run", str(spec)), "pause@2_1_seed=0-*", group=False)
+        assert rc == 1 and "sweep cut-confirm is INCOMPLETE: stage search interrupted (SIGTERM)" in out, out[-3000:]
+        rc, out = stop_when_paused(driver("pause@2:1/seed=10", "resume", "cut-confirm"), "pause@2_1_seed=10-*",
+                                   group=True)
+        assert rc == 1, out[-3000:]
+        assert "sweep cut-confirm is INCOMPLETE: stage confirm interrupted (SIGTERM). Resume with:" in out, out[-3000:]
+        assert "Tuner.restore(" not in out  # Tune's own resume advice stays in the sweep's log (item 8)
+        assert_no_traceback(out)
+        client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("cut-confirm").experiment_id
+        runs = client.search_runs([exp], max_results=100)
+        assert not [(r.data.tags.get("ssat.key"), r.data.tags.get("ssat.status")) for r in runs
+                    if r.info.status == "RUNNING"]
+        (confirm,) = [r for r in runs if r.data.tags.get("ssat.stage") == "confirm"]
+        assert confirm.info.status == "KILLED" and confirm.data.tags["ssat.status"].startswith(
+            "KILLED: interrupted (SIGTERM) in epoch 2; resume with: ")
+        res = subprocess.run([sys.executable, "-m", "sweeps", "resume", "cut-confirm", "--workdir", str(work)],
+                             cwd=ROOT, env=sweep_env(work, ray_tmp, tmp_path / "teachers", fault=""),
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        runs = client.search_runs([exp], max_results=100)
+        assert all(r.info.status == "FINISHED" for r in runs), [(r.data.tags.get("ssat.key"), r.info.status)
+                                                                 for r in runs]
+        assert sorted(r.data.tags.get("ssat.stage", "") for r in runs if r.data.tags["ssat.kind"] == "trial") == [
+            "confirm", "search", "search"]
+    finally:
+        kill_ray_leftovers(ray_tmp)
