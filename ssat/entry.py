@@ -1,4 +1,4 @@
-"""How every `python -m ssat.*` command ends: a person's mistake as one line `error: <message>` on stderr with exit
+"""How every command of the project (`python -m ssat.*`, `python -m sweeps`) ends: a person's mistake as one line `error: <message>` on stderr with exit
 code 2, Ctrl+C as `interrupted` with 130, a bug with its traceback. Imports nothing of the package, so any module
 (ssat.datasets too, which ssat.config imports) can wrap its command with it."""
 from __future__ import annotations
@@ -27,25 +27,34 @@ def positive_int(text: str) -> int:
     return value
 
 
-def is_user_error(exc: BaseException) -> bool:
-    """Whether `exc` is one of USER_ERRORS (a mistake in what a person gave, not in the code)."""
-    return any(isinstance(exc, getattr(sys.modules[m], c)) for m, c in USER_ERRORS if m in sys.modules)
+def is_user_error(exc: BaseException, errors=USER_ERRORS) -> bool:
+    """Whether `exc` is one of `errors` (a mistake in what a person gave, not in the code)."""
+    return any(isinstance(exc, getattr(sys.modules[m], c)) for m, c in errors if m in sys.modules)
+
+
+def one_line(message: str) -> str:
+    return " ".join(message.split("\n"))
+
+
+def run_command(main: Callable[..., int], *args, errors=USER_ERRORS, said: Callable[[str], str] = one_line) -> int:
+    """`main(*args) -> exit code`, ended as every command of the project ends: a user error (is_user_error of
+    `errors`) as `error: <said(message)>` on stderr with exit code 2, Ctrl+C as `interrupted` with 130; any other
+    exception is a bug and keeps its traceback."""
+    try:
+        return main(*args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not is_user_error(exc, errors):
+            raise
+        print(f"error: {said(str(exc))}", file=sys.stderr)
+        return 2
 
 
 def entry_point(main: Callable[..., int]) -> Callable[..., int]:
-    """`main(argv) -> exit code` as every `python -m ssat.*` command ends: a user error (is_user_error) as the one
-    line `error: <message>` on stderr with exit code 2, Ctrl+C as `interrupted` with 130; any other exception is a
-    bug and keeps its traceback."""
+    """`main(argv)` of a `python -m ssat.*` command, run by run_command (its errors on one line)."""
     @functools.wraps(main)
-    def run(*args, **kwargs) -> int:
-        try:
-            return main(*args, **kwargs)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
-        except Exception as exc:
-            if not is_user_error(exc):
-                raise
-            print("error: " + " ".join(str(exc).split("\n")), file=sys.stderr)
-            return 2
+    def run(*args) -> int:
+        return run_command(main, *args)
     return run

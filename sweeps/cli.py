@@ -274,10 +274,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _user_error(exc: BaseException) -> bool:
-    return any(isinstance(exc, getattr(sys.modules[m], c)) for m, c in USER_ERRORS if m in sys.modules)
-
-
 def main(argv=None) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # explicit: CLI clients fail on a token cluster otherwise; a cluster may set token
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -287,22 +283,21 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.command = "python -m sweeps " + shlex.join(argv)  # what driver.lock says drives the sweep
+    from ssat.entry import run_command
+
+    from .errors import cut
+
+    return run_command(_dispatch, args, errors=USER_ERRORS, said=cut)
+
+
+def _dispatch(args) -> int:
     from ssat import faults
 
-    from .errors import SweepError, cut
+    from .errors import SweepError
 
     try:
-        try:
-            faults.parse(os.environ.get("SSAT_FAULT", ""))  # a test's typo must fail here, not in a trial
-        except ValueError as exc:
-            raise SweepError(str(exc)) from None
-        check_args(args)
-        return COMMANDS[args.cmd](args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if not _user_error(exc):
-            raise
-        print(f"error: {cut(str(exc))}", file=sys.stderr)
-        return 2
+        faults.parse(os.environ.get("SSAT_FAULT", ""))  # a test's typo must fail here, not in a trial
+    except ValueError as exc:
+        raise SweepError(str(exc)) from None
+    check_args(args)
+    return COMMANDS[args.cmd](args)
