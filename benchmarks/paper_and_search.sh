@@ -58,7 +58,7 @@ for part in "${parts[@]}"; do
             timed "search-seed$seed" "$d" "$py" -m sweeps run "search$seed.yaml" --workdir "$d/s$seed"
             uri="sqlite:///$d/s$seed/mlflow.db"
             (cd "$d" && "$py" -m analysis.convergence --experiment mnist5k-search --tracking-uri "$uri" \
-                --stage search confirm) > "$out/search-seed$seed-convergence.md" 2>&1 || true
+                ) > "$out/search-seed$seed-convergence.md" 2>&1 || true
             (cd "$d" && "$py" -m analysis.tables --experiment mnist5k-search --table search --format md \
                 --tracking-uri "$uri") > "$out/search-seed$seed-table.md" 2>&1 || true
         done ;;
