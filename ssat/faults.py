@@ -9,6 +9,8 @@ SSAT_FAULT holds comma-separated specs `KIND@EPOCH[:STEP][/seed=N][/node=HOST]`:
                             test lets every held trial go at once: trials held together run side by side)
   exit_after_checkpoint@2   kill the process right after epoch 2's checkpoint is written
   nan@2                     make epoch 2's loss NaN (a diverging trial)
+  end@2                     a sweep's trial returns right after reporting epoch 2, as if Tune had completed it
+                            before its last epoch (sweeps.trainable; a resume continues it)
 `/seed=N` restricts a fault to the run with that seed, `/node=HOST` to runs on the host named HOST.
 With SSAT_FAULT_ONCE_DIR set, each fault fires once per run: a marker file there (`<spec>-<run key>`, '/'
 and ':' replaced by '_', run key as `run_key` makes it) records it, so a retried trial goes on, and a test can wait for the marker. `nan`
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 _context = {"seed": None, "key": "run"}
-KINDS = ("raise", "exit", "pause", "hold", "exit_after_checkpoint", "nan")
+KINDS = ("raise", "exit", "pause", "hold", "exit_after_checkpoint", "nan", "end")
 
 
 class InjectedFault(RuntimeError):

@@ -29,6 +29,7 @@ from ray.train._internal.checkpoint_manager import _TrainingResult
 from ray.train._internal.session import get_session
 from ray.tune.trainable.function_trainable import wrap_function
 
+from ssat import faults
 from ssat.config import Config
 from ssat.evaluate import flatten_results
 from ssat.storage import CorruptFileError, load_verified, sidecar, verify_file
@@ -110,21 +111,44 @@ def _report(result: dict, work: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _restore(work: Path) -> None:
+def _restore(work: Path, continue_from: str | None = None) -> str | None:
     """The work folder as of the checkpoint the trial restored (the one Tune registered, or the newest intact one
     before it: `SweepTrainable.restore`). Without one the trial starts over: files of an epoch whose report Tune
     never processed (a driver stopped by Ctrl+C or killed right after the trial reported it) must not be resumed
-    from, or that epoch would never reach the tracking store."""
+    from, or that epoch would never reach the tracking store.
+
+    continue_from: the checkpoint a trial Tune completed before its last epoch registered last (a new trial that
+    continues it: `sweeps.trial_settings.continuation_space`); its newest intact checkpoint up to that one is used
+    when Tune has none for this trial. Returns what was done then, for the trial's log and run."""
     ckpt = tune.get_checkpoint()
     log = (work / "trial.log").read_bytes() if (work / "trial.log").exists() else b""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    if ckpt is None and continue_from:
+        return _continue(work, Path(continue_from), log)
     if ckpt is None:
         (work / "trial.log").write_bytes(log)
-        return
+        return None
     with ckpt.as_directory() as d:
         for f in Path(d).iterdir():
             shutil.copy2(f, work / f.name)
+    return None
+
+
+def _continue(work: Path, registered: Path, log: bytes) -> str:
+    """Fill `work` from the newest intact checkpoint of the trial that registered `registered`, or leave it empty
+    (the trial starts over) when none is left; damaged ones without an intact one fail it (NoIntactCheckpoint)."""
+    plan, notes = plan_restore(registered, None)
+    (work / "trial.log").write_bytes(log + "".join(n if n.endswith("\n") else n + "\n" for n in notes).encode())
+    if plan.fails:
+        raise NoIntactCheckpoint(recovery_record(plan, str(registered.parent)))
+    if plan.use is not None:
+        for f in (registered.parent / plan.use).iterdir():
+            shutil.copy2(f, work / f.name)
+    ended = "Tune ended this trial before its last epoch; "
+    if plan.unusable or plan.use is None:
+        return ended + recovery_record(plan)
+    return f"{ended}continued from {plan.use} (epoch {plan.use_epoch})"
 
 
 def _final(trainer: Trainer, stage: str) -> dict:
@@ -152,13 +176,15 @@ def train_trial(config: dict) -> None:
     reset_process_state(cfg, meta)
     work = work_dir(get_session().storage)
     work.mkdir(parents=True, exist_ok=True)
-    _restore(work)
+    continued = _restore(work, meta.get("continue_from"))
     logf = open(work / "trial.log", "a", buffering=1)
 
     def log(line: str) -> None:
         logf.write(f"{time.strftime('%H:%M:%S')} {line}\n")
 
     recovery = RECOVERIES.pop(tune.get_context().get_trial_id(), None)
+    if continued:
+        recovery = Recovery(continued, continued, [])
     if recovery is not None:  # what the restore did instead of the checkpoint Tune named; details here only
         for note in recovery.notes:
             logf.write(note if note.endswith("\n") else note + "\n")
@@ -184,6 +210,8 @@ def train_trial(config: dict) -> None:
             if m["epoch"] == last:
                 result.update(_final(trainer, meta["stage"]))
             _report(result, work)
+            if faults.active("end", m["epoch"]):
+                return  # as if Tune had completed the trial here (a test of resume continuing it)
     except TrainingDiverged as exc:
         # Deterministic: a retry would diverge again. End the trial with its reason (its study trial FAILs: sweeps.study).
         log(f"stopped: {exc}")

@@ -10,7 +10,8 @@ config); a search stage gives every trial the spec's base, and Optuna's define-b
 values as top-level dotted keys. The trial's Config is its base with the sampled values and its meta's seed.
 The meta holds what the run record needs besides the config (sweep, table, column group, stage, row, seed,
 expected seeds, `spec_*`), its resources (cpus, gpu), the metrics, the sweep's code version, its shared folders,
-the teacher run, the search's scheduler and fault injection.
+the teacher run, the search's scheduler, fault injection, and in a trial that continues one Tune ended before its
+last epoch, the checkpoint it continues from (`continue_from`).
 
 Shapes Tune saved before issue 27 are read too: `Tuner.restore` goes on with the trial configs and the
 param_space Tune saved, so a resumed sweep's trials (and a restored search's new samples) arrive in them:
@@ -55,6 +56,19 @@ def grid_space(spec, trials: list, extra: dict) -> dict:
         meta["expected_seeds"] = len(spec.search["confirm"]["seeds"])
     return {KEY: tune.grid_search([_settings({**meta, "stage": t.stage, "row": t.row, "seed": t.seed, **t.spec_meta},
                                              t.config.to_dict()) for t in trials])}
+
+
+def continuation_space(short: list[tuple[dict, str]]) -> dict:
+    """The param_space that continues trials Tune completed before their last epoch: a grid over their configs as
+    Tune saved them (so their Config, run key and name stay theirs), each meta naming `continue_from`, the last
+    checkpoint the short trial registered (`sweeps.trainable` resumes from it)."""
+    from ray import tune
+
+    def one(config: dict, checkpoint: str) -> dict:
+        inner = config.get(KEY, config)
+        return {**inner, "meta": {**inner.get("meta", {}), "continue_from": checkpoint}}
+
+    return {KEY: tune.grid_search([one(c, ckpt) for c, ckpt in short])}
 
 
 def search_space(spec, extra: dict, scheduler: str | None = None) -> dict:

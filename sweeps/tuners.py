@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .legacy import find_moved_modules
 from .spec import Spec, Trial
-from .trial_settings import grid_space, search_space
+from .trial_settings import continuation_space, grid_space, search_space
 
 
 def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None, total: int,
@@ -56,6 +56,20 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths, phase: str, uri: str, ext
                       tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(trials),
                                              sum(t.config.optim.epochs for t in trials)))
+
+
+def continuation_tuner(spec: Spec, short: list[tuple[dict, str]], paths, phase: str, uri: str, max_failures: int,
+                       parent_run_id: str | None, epochs_left: int):
+    """A stage's trials that Tune completed before their last epoch, continued from their last checkpoints as new
+    trials of the same configs (`sweeps.trial_settings.continuation_space`), under `phase` (or restored from it)."""
+    from ray import tune
+
+    if tune.Tuner.can_restore(str(paths.tune_dir / phase)):
+        return tune.Tuner.restore(str(paths.tune_dir / phase), trainable=_trainable(spec), resume_errored=True)
+    return tune.Tuner(_trainable(spec), param_space=continuation_space(short),
+                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
+                      run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(short),
+                                             epochs_left))
 
 
 def search_tuner(spec: Spec, paths, uri: str, extra: dict, max_failures: int, parent_run_id: str | None,

@@ -227,3 +227,39 @@ def test_ctrl_c_after_a_trials_last_report_before_tune_completed_it(ray_local, t
     assert [s for s, _ in history(uri, run, "val/pgd10")] == [1, 2]
     assert {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id, "checkpoints")} >= {
         "checkpoints/best.pt", "checkpoints/last.pt"}
+
+
+def test_a_trial_tune_ended_before_its_last_epoch_is_continued_by_resume(ray_local, teacher_dir, tmp_path, capfd,
+                                                                         monkeypatch):
+    """A trial Tune completes before its last epoch (issue 44: Tune's state a checkpoint behind after retries) would
+    never run again: Tune restores it TERMINATED. Its run must not read FINISHED, the sweep is INCOMPLETE, and
+    `resume` continues the trial from its last checkpoint into the same run, every epoch once, to FINISHED."""
+    once = tmp_path / "once"
+    monkeypatch.setenv("SSAT_FAULT", "end@1")
+    monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(once))
+    spec = write_spec(tmp_path / "s.yaml", "short", epochs=2, rows=[{"row": "const|on", "set": {}}],
+                      max_concurrent=1, overrides={"attack.schedule": "const"})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert sweeps_main(["run", str(spec), "--workdir", str(tmp_path)]) == 1
+    out = capfd.readouterr().out
+    assert "[stage] grid: 0/1 trials finished" in out and "interrupted: ended before its last epoch (epoch 1/2)" in out
+    (cut,) = trial_runs(uri, "short")
+    assert cut.info.status == "KILLED"
+    assert cut.data.tags["ssat.status"] == ("KILLED: ended at epoch 1 of 2 without its last (Tune completed it "
+                                            "early)")
+
+    assert sweeps_main(["resume", "short", "--workdir", str(tmp_path)]) == 0
+    out = capfd.readouterr().out
+    assert ("[resume] 1 trial(s) of stage grid ended before their last epoch without an error or a stop (const|on s0 "
+            "at epoch 1 of 2): continuing them from their last checkpoints") in out
+    assert "[stage] grid: 1/1 trials finished" in out
+    (run,) = trial_runs(uri, "short")
+    assert run.info.run_id == cut.info.run_id
+    assert run.info.status == "FINISHED" and run.data.tags["ssat.status"] == "FINISHED"
+    assert run.data.tags["ssat.recovery"] == ("Tune ended this trial before its last epoch; continued from "
+                                              "checkpoint_000000 (epoch 1)")
+    assert [s for s, _ in history(uri, run, "val/pgd10")] == [1, 2]  # epoch 1 not trained again
+    assert run.data.metrics["time/epochs"] == 2 and "test/best/clean" in run.data.metrics
+    assert _state(tmp_path, "short")["status"] == "done"
+    assert sweeps_main(["resume", "short", "--workdir", str(tmp_path)]) == 0  # nothing left: no second continuation
+    assert "[resume]" not in capfd.readouterr().out

@@ -18,8 +18,8 @@ import sweeps.tuners as tuners
 from sweeps.mlflow_callback import TrackingCallback, error_reason, forget_gone_checkpoints
 from sweeps.spec import parse_spec
 from sweeps.trainable import (NoIntactCheckpoint, RestorePlan, SweepTrainable, Unusable, checkpoint_index,
-                              choose_checkpoint, plan_restore, recovery_record)
-from sweeps.trial_settings import grid_space
+                              _continue, choose_checkpoint, plan_restore, recovery_record)
+from sweeps.trial_settings import continuation_space, grid_space
 from ssat.storage import CorruptFileError, save_verified, verify_file
 
 GRID = {"name": "unit", "preset": "mnist5k-ssat-mbi", "epochs": 4, "grid": [{"row": "const|on", "set": {}}]}
@@ -138,6 +138,48 @@ def test_a_missing_file_or_folder(tmp_path):
     assert (plan.use, plan.fails, recovery_record(plan)) == (
         None, False, "checkpoint_000004 is gone from storage; no older checkpoint is left: started over, epochs 1-5 "
                      "retrained")
+
+
+def test_a_continued_trial_starts_from_the_newest_intact_checkpoint_of_the_one_tune_ended(tmp_path):
+    """A trial Tune completed before its last epoch is continued by a new trial (`continue_from`): its work folder
+    gets the newest intact checkpoint's files, a damaged newer one is skipped and said, and damage with nothing
+    intact fails it rather than silently starting over."""
+    trial, work = tmp_path / "t", tmp_path / "work"
+    write_checkpoint(trial / "checkpoint_000000", 1)
+    write_checkpoint(trial / "checkpoint_000001", 2)
+    work.mkdir()
+    assert _continue(work, trial / "checkpoint_000001", b"before\n") == (
+        "Tune ended this trial before its last epoch; continued from checkpoint_000001 (epoch 2)")
+    assert torch.load(work / "last.pt", weights_only=True)["epoch"] == 2
+    assert (work / "trial.log").read_text() == "log\n"  # the checkpoint's log, as a restore from it gives
+    (trial / "checkpoint_000001" / "state.pt").write_bytes(b"torn")
+    fresh = tmp_path / "work2"
+    fresh.mkdir()
+    assert _continue(fresh, trial / "checkpoint_000001", b"before\n") == (
+        "Tune ended this trial before its last epoch; checkpoint_000001/state.pt failed its checksum; resumed from "
+        "checkpoint_000000 (epoch 1)")
+    assert torch.load(fresh / "last.pt", weights_only=True)["epoch"] == 1
+    (trial / "checkpoint_000000" / "last.pt").write_bytes(b"torn")
+    (tmp_path / "work3").mkdir()
+    with pytest.raises(NoIntactCheckpoint, match="no intact checkpoint is left"):
+        _continue(tmp_path / "work3", trial / "checkpoint_000001", b"")
+    empty = tmp_path / "work4"
+    empty.mkdir()
+    assert _continue(empty, tmp_path / "gone" / "checkpoint_000000", b"before\n") == (
+        "Tune ended this trial before its last epoch; checkpoint_000000 is gone from storage; no older checkpoint "
+        "is left: started over")
+    assert sorted(p.name for p in empty.iterdir()) == ["trial.log"]
+    assert (empty / "trial.log").read_text() == "before\n"
+
+
+def test_a_continuation_keeps_each_trials_settings_and_names_its_checkpoint():
+    old = {"trial": {"meta": {"sweep": "s", "seed": 0}, "base": {"optim": {"epochs": 2}}}}
+    legacy = {"meta": {"sweep": "s", "seed": 1}, "cfg": {"optim": {"epochs": 2}}}  # a shape saved before issue 27
+    space = continuation_space([(old, "/t/a/checkpoint_000001"), (legacy, "")])
+    assert space == {"trial": {"grid_search": [
+        {"meta": {"sweep": "s", "seed": 0, "continue_from": "/t/a/checkpoint_000001"}, "base": {"optim": {"epochs": 2}}},
+        {"meta": {"sweep": "s", "seed": 1, "continue_from": ""}, "cfg": {"optim": {"epochs": 2}}}]}}
+    assert old["trial"]["meta"] == {"sweep": "s", "seed": 0}  # the saved config is not changed in place
 
 
 # ---- Ray 2.60's parts ---------------------------------------------------------------------------------------

@@ -36,6 +36,18 @@ def test_selectors_and_once_markers(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == [marker.name]
 
 
+def test_end_fires_once_per_run_at_its_epoch(tmp_path, monkeypatch):
+    """`end@N` (a trial Tune completes early): the continuation of that trial must train on past epoch N."""
+    monkeypatch.setenv("SSAT_FAULT", "end@1")
+    monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(tmp_path))
+    faults.set_context(0, "k-s0")
+    assert faults.parse("end@1")[0]["kind"] == "end"
+    assert not faults.active("end", 2)
+    assert faults.active("end", 1) and not faults.active("end", 1)
+    faults.maybe("epoch", 1)  # not a point of the trainer's: the trainable asks for it
+    assert [p.name for p in tmp_path.iterdir()] == ["end@1-k-s0"]
+
+
 def test_nan_fires_every_time_a_diverging_run_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("SSAT_FAULT", "nan@2/seed=3")
     monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(tmp_path))
