@@ -33,7 +33,7 @@ from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, 
                           proc_start_ticks, signal_holder)
 from .disk import CAUSE as DISK_FULL, DiskFull, DiskWatch, check_free, disk_guard, drop_torn_checkpoints
 from .errors import SweepError, UsageError
-from .outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs, trial_outcome
+from .outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs
 from .paths import Paths, sweep_paths
 from .provenance import code_version
 from .resources import check_gpu, init_ray
@@ -45,8 +45,7 @@ from .study import check_new_study, dashboard_command, redacted, storage_url
 from .sweep_log import diverted
 from .teacher_stage import teacher_stage
 from .tracking import Tracker, check_reachable, resolve_uri, ui_url, uri_source
-from .trial_settings import resolve_trial
-from .tuners import continuation_tuner, grid_tuner, restore_tuner, search_tuner
+from .tuners import continue_short, grid_tuner, restore_tuner, search_tuner
 
 Log = Callable[[str], None]
 PHASES_GRID = ("grid",)
@@ -527,28 +526,6 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
         for line in confirm_summary(out, spec):
             log(line)
     return _stage_done(stage, paths, state)
-
-
-def continue_short(results, stage: str, spec: Spec, paths: Paths, uri: str, max_failures: int,
-                   parent_run_id: str | None, log: Log) -> list:
-    """A resumed grid or confirm stage's results, with each trial that Tune completed before its last epoch (and
-    would never run again: its run KILLED, the stage incomplete at every resume) continued from its last checkpoint
-    in a stage of its own (`<stage>-continued`) and its result replaced by the continuation's."""
-    results = list(results)
-    short = [(i, trial_outcome(r.config, r.metrics or {}, r.error, False, stage)) for i, r in enumerate(results)]
-    short = [(i, t) for i, t in short if t.state == "interrupted"]
-    if not short:
-        return results
-    log(f"[resume] {len(short)} trial(s) of stage {stage} ended before their last epoch without an error or a stop ("
-        + ", ".join(f"{t.name} at epoch {t.last_epoch} of {t.epochs}" for _, t in short)
-        + "): continuing them from their last checkpoints")
-    todo = [(results[i].config, results[i].checkpoint.path if results[i].checkpoint else "") for i, _ in short]
-    tuner = continuation_tuner(spec, todo, paths, f"{stage}-continued", uri, max_failures, parent_run_id,
-                               sum(t.epochs - t.last_epoch for _, t in short))
-    by_key = {resolve_trial(r.config)[1]["trial_key"]: r for r in tuner.fit()}
-    for i, t in short:
-        results[i] = by_key.get(t.key, results[i])
-    return results
 
 
 def _stage_done(stage: str, paths: Paths, state: SweepState) -> None:

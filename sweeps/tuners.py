@@ -1,8 +1,9 @@
 """Ray Tune for the sweep's stages: build a stage's Tuner, or restore the one a driver before saved.
 
 A grid or confirm stage is a grid search over (config, seed) trials; a search stage is Optuna's define-by-run
-sampler with optional ASHA early stopping. What each trial is given comes from `sweeps.trial_settings`; what
-the trials reached is judged in `sweeps.outcomes`.
+sampler with optional ASHA early stopping. A resumed grid or confirm stage continues, as a stage of its own, the
+trials Tune completed before their last epoch (`continue_short`). What each trial is given comes from
+`sweeps.trial_settings`; what the trials reached is judged in `sweeps.outcomes`.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from .legacy import find_moved_modules
 from .spec import Spec, Trial
-from .trial_settings import continuation_space, grid_space, search_space
+from .outcomes import trial_outcome
+from .trial_settings import continuation_space, grid_space, resolve_trial, search_space
 
 
 def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, parent_run_id: str | None, total: int,
@@ -123,3 +125,25 @@ def restore_tuner(phase_dir: Path, spec: Spec, rerun_failed: bool):
     find_moved_modules()  # a stage saved before issue 27 names its callbacks by their old module paths
     return tune.Tuner.restore(str(phase_dir), trainable=_trainable(spec), resume_errored=not rerun_failed,
                               restart_errored=rerun_failed)
+
+
+def continue_short(results, stage: str, spec: Spec, paths, uri: str, max_failures: int,
+                   parent_run_id: str | None, log) -> list:
+    """A resumed grid or confirm stage's results, with each trial that Tune completed before its last epoch (and
+    would never run again: its run KILLED, the stage incomplete at every resume) continued from its last checkpoint
+    in a stage of its own (`<stage>-continued`) and its result replaced by the continuation's."""
+    results = list(results)
+    short = [(i, trial_outcome(r.config, r.metrics or {}, r.error, False, stage)) for i, r in enumerate(results)]
+    short = [(i, t) for i, t in short if t.state == "interrupted"]
+    if not short:
+        return results
+    log(f"[resume] {len(short)} trial(s) of stage {stage} ended before their last epoch without an error or a stop ("
+        + ", ".join(f"{t.name} at epoch {t.last_epoch} of {t.epochs}" for _, t in short)
+        + "): continuing them from their last checkpoints")
+    todo = [(results[i].config, results[i].checkpoint.path if results[i].checkpoint else "") for i, _ in short]
+    tuner = continuation_tuner(spec, todo, paths, f"{stage}-continued", uri, max_failures, parent_run_id,
+                               sum(t.epochs - t.last_epoch for _, t in short))
+    by_key = {resolve_trial(r.config)[1]["trial_key"]: r for r in tuner.fit()}
+    for i, t in short:
+        results[i] = by_key.get(t.key, results[i])
+    return results
