@@ -63,6 +63,17 @@ def test_a_grid_trial_records_what_it_trained_and_what_its_spec_said():
     assert resolve_trial(grid_config(spec_meta=False))[1]["record"].params == TRAINED
 
 
+def test_a_trial_whose_meta_lacks_the_spec_entries_records_them_empty():
+    """A meta without table, row, column group or expected seeds (a stage saved by older code): empty tags, never
+    a missing key or None (analysis groups and filters on them)."""
+    config = grid_config()
+    meta = config["trial"]["meta"]
+    for k in ("table", "row", "column_group", "expected_seeds"):
+        meta.pop(k, None)
+    tags = resolve_trial(config)[1]["record"].tags
+    assert [tags[k] for k in ("ssat.table", "ssat.row", "ssat.column_group", "ssat.expected_seeds")] == ["", "", "", ""]
+
+
 def test_a_trial_records_the_swa_start_it_trained_with_after_epochs():
     """The curves mark where validation switches to averaged weights from this param (analysis.plots)."""
     spec = parse_spec({**SPEC, "epochs": 70, "overrides": {"optim.swa_start": 60, "optim.lr_milestones": [49], "optim.lr_factors": [0.1]}},
@@ -129,6 +140,9 @@ def test_sweep_and_teacher_records():
     assert (s.key, s.name) == ("unit-sweep", "unit")
     assert s.tags == {"ssat.kind": "sweep", "ssat.sweep": "unit", "ssat.table": "ablation"}
     assert s.params == {"spec": "specs/x.yaml", "preset": "mnist5k-ssat-mbi", "git_commit": "abc"}
+    searched = sweep_record("unit", "", "specs/s.yaml", "mnist5k-ssat-mbi", {}, study_url="sqlite:///w/optuna.db")
+    assert searched.tags == {"ssat.kind": "sweep", "ssat.sweep": "unit", "ssat.table": "",
+                             "ssat.optuna_storage": "sqlite:///w/optuna.db", "ssat.optuna_study": "unit"}
     cfg = from_dict(preset("mnist5k-ssat-mbi"), {"data.split_seed": 2})
     t = teacher_record("unit", cfg, "split0123", "tkey42")
     assert (t.key, t.name) == ("unit-teacher-split0123-tkey42", "teacher-mnist5k-split0123")
