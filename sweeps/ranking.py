@@ -53,12 +53,11 @@ def ranked(trials: list[TrialOutcome], metric: str, mode: str) -> list[TrialOutc
     return sorted(have, key=lambda t: (-_num(t, metric) if mode == "max" else _num(t, metric), t.name))
 
 
-def _table(header: list[str], rows: list[list[str]], right: int) -> list[str]:
-    """Aligned columns: the first `right` right-aligned (numbers), the last one left as it is (a name)."""
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Aligned columns: every one right-aligned (numbers) but the last, left as it is (a name)."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     def line(r):
-        cells = [c.rjust(w) if i < right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
-        return "  " + "  ".join([*cells, r[-1]]).rstrip()
+        return "  " + "  ".join([*(c.rjust(w) for c, w in zip(r, widths)), r[-1]]).rstrip()
     return [line(header), *map(line, rows)]
 
 
@@ -76,16 +75,16 @@ def search_ranking(out: StageOutcome, spec, confirmed: list[dict] | None = None,
         best = ranked(finished, metric, mode)[:top]
         head = (f"[search] the top {len(best)} of {len(out.trials)} trials by {metric} ({mode}, at their last "
                 f"epoch){note}:")
-        rows = [[str(i), fmt(_num(t, metric)), f"{t.name}  {mark(t)}".rstrip()] for i, t in enumerate(best, 1)]
-        return [head, *_table(["rank", metric, "trial"], rows, 2)]
+        rows = [[str(i), fmt(_num(t, metric)), f"{t.name}  {mark(t)}"] for i, t in enumerate(best, 1)]
+        return [head, *_table(["rank", metric, "trial"], rows)]
     points = [[_num(t, m) if mo == "max" else -_num(t, m) for m, mo in zip(spec.metric, spec.mode)]
               for t in finished if all(_num(t, m) is not None for m in spec.metric)]
     valued = [t for t in finished if all(_num(t, m) is not None for m in spec.metric)]
     front = ranked([valued[i] for i in pareto_front(points)], spec.metric[0], spec.mode[0])
     head = (f"[search] the Pareto front of {' and '.join(f'{m} ({mo})' for m, mo in zip(spec.metric, spec.mode))}: "
             f"{len(front)} of {len(out.trials)} trials{note}:")
-    rows = [[*(fmt(_num(t, m)) for m in spec.metric), f"{t.name}  {mark(t)}".rstrip()] for t in front]
-    return [head, *_table([*spec.metric, "trial"], rows, len(spec.metric))]
+    rows = [[*(fmt(_num(t, m)) for m in spec.metric), f"{t.name}  {mark(t)}"] for t in front]
+    return [head, *_table([*spec.metric, "trial"], rows)]
 
 
 def confirmed_configs(out: StageOutcome, spec) -> list[tuple[int, str, list[TrialOutcome]]]:
@@ -116,7 +115,7 @@ def confirm_summary(out: StageOutcome, spec) -> list[str]:
                                                     if len(trials) < len(seeds) else "")])
     lines = [f"[confirm] {len(configs)} configuration(s), each over seeds {', '.join(map(str, seeds))} (mean ± "
              "sample std); test: the best checkpoint",
-             *_table([*(m.replace("test/best/", "test ") for m in cols), "configuration"], rows, len(cols))]
+             *_table([*(m.replace("test/best/", "test ") for m in cols), "configuration"], rows)]
     return lines + winner_lines(configs, spec)
 
 
