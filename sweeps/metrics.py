@@ -26,8 +26,8 @@ def check_metric(name: str, where: str) -> str:
     """`name` when the trainer reports it; else a ValueError naming `where`, the nearest name and a few others."""
     if name in METRICS:
         return name
-    near = difflib.get_close_matches(name, METRICS, n=1, cutoff=0.6)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
+    near = difflib.get_close_matches(name, METRICS)  # best first
+    hint = f"; did you mean {near[0]!r}?" if near else "."
     raise ValueError(f"{where}: {brief(name)} is not a metric the trainer reports{hint} Allowed: the per-epoch "
                      "val/clean, val/pgd10, val/best_pgd10, train/loss (and the other train/, sched/, adv/, perf/ "
                      "names of docs/tracking.md), or test/<best|last>/<clean|pgd10|pgd20|pgd40|autoattack> of the "

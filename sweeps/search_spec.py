@@ -10,6 +10,7 @@ with the run's options applied or refused, never ignored:
 """
 from __future__ import annotations
 
+import math
 import re
 import typing
 from pathlib import Path
@@ -46,9 +47,11 @@ def _scaled(values: list, key: str, epochs: int, old: int) -> list:
 
 
 def _collapses(dist: dict, key: str, epochs: int, old: int) -> bool:
-    kind = "int" if "int" in dist else "choice"
-    vals = _scaled(dist[kind], key, epochs, old)
-    return vals[0] >= vals[1] if kind == "int" else len(set(map(str, vals))) < len(vals)
+    """Two distinct values of the range (its ends: scaling keeps their order) or of the choice become one (None in
+    any spelling is one value)."""
+    vals = dist["int" if "int" in dist else "choice"]
+    distinct = lambda n: len(set(map(str, _scaled(vals, key, n, old))))  # noqa: E731
+    return distinct(epochs) < distinct(old)
 
 
 def rescale_space(space: dict, epochs: int, old: int, path: str) -> dict:
@@ -58,18 +61,17 @@ def rescale_space(space: dict, epochs: int, old: int, path: str) -> dict:
         if key == "optim.lr_milestones" or (key not in EPOCH_KEYS and key.startswith("optim.") and "epoch" in key):
             raise spec_error(path, f"--epochs {epochs}: search.space.{key}{line_of(path, key)} holds epoch numbers "
                                    "this rescaling does not know; give the space for the run's length instead")
-        if key not in EPOCH_KEYS or not isinstance(dist, dict) or not ("int" in dist or "choice" in dist):
+        if key not in EPOCH_KEYS:  # (check_space made every entry a distribution, and an epoch key's not float)
             out[key] = dist
             continue
-        if _collapses(dist, key, epochs, old):
-            need = next((n for n in range(epochs + 1, old + 1) if not _collapses(dist, key, n, old)), None)
-            kind = "int" if "int" in dist else "choice"
+        kind = "int" if "int" in dist else "choice"
+        if _collapses(dist, key, epochs, old):  # (only when shrinking: at `old` epochs nothing collapses)
+            need = next(n for n in range(epochs + 1, old + 1) if not _collapses(dist, key, n, old))
             raise spec_error(path, f"--epochs {epochs}: search.space.{key}{line_of(path, key)} {{{kind}: "
                                    f"{dist[kind]}}} of the {old}-epoch search becomes "
                                    f"{_scaled(dist[kind], key, epochs, old)}, which no longer holds "
-                                   f"{'a range' if kind == 'int' else 'distinct values'}"
-                                   + (f"; the smallest --epochs that keeps it is {need}" if need else ""))
-        kind = "int" if "int" in dist else "choice"
+                                   f"{'a range' if kind == 'int' else 'distinct values'}; the smallest --epochs that "
+                                   f"keeps it is {need}")
         out[key] = {**dist, kind: _scaled(dist[kind], key, epochs, old)}
     return out
 
@@ -146,7 +148,7 @@ def _early_stopping(es: Any, path: str, spec, space: dict) -> dict | None:
                 allowed=f">= {need} (the largest t in the space and the first learning-rate milestone: earlier "
                         "scores are not comparable)")
     rf = es.get("reduction_factor", 3)
-    if not is_number(rf) or not 1 < rf < float("inf"):
+    if not is_number(rf) or not (rf > 1 and math.isfinite(rf)):
         raise spec_error(path, f"search.early_stopping.reduction_factor: {brief(rf)}; allowed: a number > 1 (ASHA "
                                "keeps 1/reduction_factor of the trials at each rung)")
     return {"grace_period": gp, "reduction_factor": rf}
@@ -183,10 +185,9 @@ def _int_field(key: str) -> bool:
 
 
 def _min_grace(spec, space: dict) -> int:
-    ts = [spec.base["attack"].get("t") or 0]
+    ts = [spec.base["attack"].get("t") or 1, *spec.base["optim"]["lr_milestones"][:1]]
     if "attack.t" in space:
         d = space["attack.t"]
-        vals = d.get("int") or d.get("choice") or [0]  # validated: integers, integral strings or None
-        ts.append(max([int(v) for v in vals if v is not None and str(v).lower() not in ("none", "null")], default=0))
-    ms = spec.base["optim"]["lr_milestones"]
-    return max(max(ts), ms[0] if ms else 0, 1)
+        vals = d.get("int") or d.get("choice")  # validated: integers, integral strings or None
+        ts += [int(v) for v in vals if v is not None and str(v).lower() not in ("none", "null")]
+    return max(ts)

@@ -129,3 +129,71 @@ def test_line_of_finds_a_key_in_the_spec_file(tmp_path):
     f.write_text("name: x\nsearch:\n  space:\n    attack.t: {int: [2, 5]}\n")
     assert (line_of(str(f), "attack.t"), line_of(str(f), "method.beta"), line_of("<spec>", "x")) == (" (line 4)", "",
                                                                                                       "")
+
+
+def test_none_in_an_epoch_choice_stays_none_in_any_spelling():
+    """None, "None" and "null" are one value (no epoch): the choice keeps its two distinct values, so it is kept."""
+    got = rescale_space({"method.rho_double_epoch": {"choice": [None, "None", "null", 8]}}, 5, 10, "x")
+    assert got == {"method.rho_double_epoch": {"choice": [None, None, None, 4]}}
+
+
+def test_swa_start_is_clamped_to_the_epoch_before_the_last():
+    """swa_start 9 of 10 in 5 epochs is 4.5 -> 5 by rounding, the last epoch: kept at 4 (averaging needs an epoch)."""
+    assert rescale_space({"optim.swa_start": {"choice": [2, 9]}}, 5, 10, "x") == {"optim.swa_start": {"choice": [1, 4]}}
+
+
+def test_an_epoch_count_in_the_space_cannot_be_rescaled(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("search:\n  space:\n    optim.epochs: {int: [4, 6]}\n")
+    with pytest.raises(SpecError) as err:
+        rescale_space({"optim.epochs": {"int": [4, 6]}, "attack.t": {"int": [2, 5]}}, 3, 6, str(f))
+    assert str(err.value) == (f"{f}: --epochs 3: search.space.optim.epochs (line 3) holds epoch numbers this "
+                              "rescaling does not know; give the space for the run's length instead")
+
+
+def test_a_sampled_key_fixed_by_set_or_overrides_is_refused_pointing_at_the_spec(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: unit\npreset: mnist5k-ssat-mbi\nepochs: 6\n"
+                 "overrides: {optim.lr_milestones: [5], optim.lr_factors: [0.1]}\nsearch:\n  space:\n"
+                 "    method.beta: {float: [0.0, 1.0]}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(f, sets={"method.beta": 0.5})
+    assert str(err.value) == (f"{f}: --set method.beta=0.5: method.beta is sampled by the search "
+                              "(search.space.method.beta (line 7)), so every trial would replace this value; remove "
+                              "it from the space to fix it, or drop --set")
+    err = refused(search(overrides={**SIX, "method.beta": 0.5}), "overrides.method.beta")
+    assert err == ("<spec>: overrides.method.beta: 0.5: method.beta is also sampled by the search "
+                   "(search.space.method.beta), which replaces this value in every trial; keep one")
+
+
+def test_seeds_in_the_spec_are_refused_without_pointing_at_the_option():
+    err = refused({**search(), "seeds": [0, 1]}, "seeds: [0, 1]")
+    assert err == ("<spec>: seeds: [0, 1]: a search trains each sampled configuration once, at one seed; give one seed. "
+                   "The confirm stage re-runs the best configurations with the seeds of search.confirm.seeds")
+
+
+def test_early_stopping_wants_validation_every_epoch_and_a_finite_reduction_factor():
+    err = refused(search(early_stopping={"grace_period": 6}, overrides={**SIX, "eval.val_every": 2}), "val_every 2")
+    assert err == ("<spec>: search.early_stopping: ASHA compares trials by their metric at its rungs (epoch "
+                   "grace_period, then x reduction_factor), but eval.val_every 2 validates only every few epochs, so a "
+                   "rung may have no metric; set eval.val_every: 1 or remove early_stopping")
+    every = {**SIX, "eval.val_every": 1}
+    for rf in (1, float("inf"), "3"):
+        refused(search(early_stopping={"grace_period": 6, "reduction_factor": rf}, overrides=every),
+                "search.early_stopping.reduction_factor")
+    spec = parse_spec(search(early_stopping={"grace_period": 6, "reduction_factor": 1.5}, overrides=every))
+    assert spec.search["early_stopping"] == {"grace_period": 6, "reduction_factor": 1.5}
+
+
+@pytest.mark.parametrize("t,milestones,space,need", [
+    (None, [], {"method.beta": {"float": [0.0, 1.0]}}, 1),   # nothing: at least epoch 1
+    (3, [5], {"method.beta": {"float": [0.0, 1.0]}}, 5),     # the first milestone
+    (5, [2], {"method.beta": {"float": [0.0, 1.0]}}, 5),     # the base's t
+    (2, [3], {"attack.t": {"choice": [None, 4]}}, 4),        # the largest t the space samples, None left out
+    (None, [], {"attack.t": {"choice": ["null"]}}, 1)])
+def test_asha_grace_is_at_least_the_largest_t_and_the_first_milestone(t, milestones, space, need):
+    from types import SimpleNamespace
+
+    from sweeps.search_spec import _min_grace
+    spec = SimpleNamespace(base={"attack": {"t": t}, "optim": {"lr_milestones": milestones}})
+    assert _min_grace(spec, space) == need

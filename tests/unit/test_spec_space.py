@@ -384,8 +384,13 @@ def test_bad_mode(metric, mode):
 def test_unknown_metric_names_the_allowed_ones():
     with pytest.raises(SpecError) as err:
         parse_spec(grid(metric=["val/clean", "loss"], mode=["max", "min"]))
-    assert str(err.value).startswith("<spec>: metric: 'loss' is not a metric the trainer reports")
-    assert "Allowed: the per-epoch val/clean, val/pgd10" in str(err.value)
+    assert str(err.value) == (
+        "<spec>: metric: 'loss' is not a metric the trainer reports. Allowed: the per-epoch val/clean, val/pgd10, "
+        "val/best_pgd10, train/loss (and the other train/, sched/, adv/, perf/ names of docs/tracking.md), or "
+        "test/<best|last>/<clean|pgd10|pgd20|pgd40|autoattack> of the last epoch")  # no name near 'loss'
+    with pytest.raises(SpecError) as err:
+        parse_spec(grid(metric="val/pgd2"))  # near several: the nearest is named, once
+    assert "is not a metric the trainer reports; did you mean 'val/pgd10'? Allowed:" in str(err.value)
 
 
 def test_a_metric_over_the_text_limit_is_refused_by_its_length_before_any_name_is_compared():
