@@ -159,3 +159,144 @@ def test_a_published_batch_in_range_gives_images_and_int64_labels(tmp_path):
     assert y.tolist() == [0, 9] and y.dtype == np.int64
     with pytest.raises(DataError, match="in 0..8"):
         cifar_files.batch_arrays(path, "labels", 9)
+
+
+# ---- each refusal and each allowed reconstructor, pinned (mutation testing found them loose) -------------------
+class Reconstructed:
+    """numpy's _reconstruct of an uninitialised int8 array of `n` elements, with an optional BUILD `state`."""
+
+    def __init__(self, n, state=None, subtype=np.ndarray):
+        self.n, self.state, self.subtype = n, state, subtype
+
+    def __reduce__(self):
+        args = (np._core.multiarray._reconstruct, (self.subtype, (self.n,), b"b"))
+        return args if self.state is None else (*args, self.state)
+
+
+def load(payload: bytes, budget: int | None = None):
+    """What the batch unpickler rebuilds from `payload` (its scan first, as unpickle_batch does)."""
+    cifar_files.scan_opcodes(payload)
+    return cifar_files._BatchUnpickler(__import__("io").BytesIO(payload), budget or len(payload) + 64).load()
+
+
+def test_the_budget_is_the_files_size_plus_slack_and_every_array_draws_on_it(tmp_path):
+    def batch(n, m=0):
+        return pickle.dumps({"data": Reconstructed(n), "more": Reconstructed(m), "labels": [0]}, protocol=3)
+    size = len(batch(200))
+    assert all(len(batch(n)) == size for n in (size + 64, size + 65))  # one-byte ints: the same file size
+    path = tmp_path / "b"
+    path.write_bytes(batch(size + 64))  # exactly the budget: allowed
+    d = cifar_files.unpickle_batch(path, "labels")
+    assert d["data"].shape == (size + 64,) and type(d["data"]) is np.ndarray  # a plain array, not the loader's own
+    path.write_bytes(batch(size + 65))
+    with pytest.raises(DataError, match=rf"asks for an array of {size + 65:,} bytes \(int8\), more than the file can "
+                                        rf"fill \({size + 64:,} bytes left of its size \+ 64\); nothing was allocated"):
+        cifar_files.unpickle_batch(path, "labels")
+    half = (size + 64) // 2 + 1  # each within the budget, both together not
+    path.write_bytes(batch(half, half))
+    with pytest.raises(DataError, match=rf"asks for an array of {half:,} bytes \(int8\), more than the file can fill "
+                                        rf"\({size + 64 - half:,} bytes left"):
+        cifar_files.unpickle_batch(path, "labels")
+
+
+def test_shapes_are_integers_and_not_negative():
+    assert (cifar_files._shape_size(5), cifar_files._shape_size((2, 3)), cifar_files._shape_size([4])) == (5, 6, 4)
+    with pytest.raises(cifar_files._Refused) as err:
+        cifar_files._shape_size(("a",) + ("b",) * 60)
+    assert str(err.value) == f"its pickle gives an array the shape {str(('a',) + ('b',) * 60)[:100]}, not integers"
+    with pytest.raises(cifar_files._Refused) as err:
+        cifar_files._shape_size((2, -1))
+    assert str(err.value) == "its pickle gives an array the negative shape (2, -1)"
+
+
+def test_a_state_that_is_not_numpys_is_refused_and_numpys_old_four_field_state_is_read():
+    ok = load(pickle.dumps(Reconstructed(0, ((2,), np.dtype("u1"), False, b"ab")), protocol=3))
+    assert ok.tolist() == [97, 98] and ok.dtype == np.uint8
+    with pytest.raises(cifar_files._Refused) as err:
+        load(pickle.dumps(Reconstructed(0, "x"), protocol=3))
+    assert str(err.value) == "its pickle gives an array a state that is not numpy's"
+    with pytest.raises(cifar_files._Refused, match=r"^its pickle asks for an array of 4,000,000,000 bytes \(uint8\)"):
+        load(pickle.dumps(Reconstructed(0, (1, (4_000_000_000,), np.dtype("u1"), False, b"")), protocol=3))
+
+
+def test_dtypes_numpy_cannot_read_or_of_objects_are_refused_with_the_right_article():
+    u = cifar_files._BatchUnpickler(__import__("io").BytesIO(b""), 100)
+    with pytest.raises(cifar_files._Refused) as err:
+        u.charge((1,), "x" * 300, "array")
+    assert str(err.value) == f"its pickle gives an array the dtype {'x' * 100}, not one numpy reads"
+    with pytest.raises(cifar_files._Refused) as err:
+        u.charge((), object, "numpy scalar")
+    assert str(err.value) == ("its pickle asks for a numpy scalar of Python objects (object), which a CIFAR batch "
+                              "never holds")
+    u.charge((10,), "u1", "array")
+    assert u.budget == 90
+
+
+def test_numpy_scalars_and_protocol_5_arrays_are_rebuilt_and_charged():
+    x = np.arange(6, dtype=np.int16).reshape(2, 3)
+    got = load(pickle.dumps({"s": np.int64(7), "f": np.float32(0.5), "x": x}, protocol=5))
+    assert got["s"] == 7 and got["s"].dtype == np.int64 and got["f"] == np.float32(0.5)
+    assert np.array_equal(got["x"], x) and got["x"].dtype == np.int16
+    assert b"_frombuffer" in pickle.dumps(x, protocol=5)  # the reconstructor this pickle took
+    with pytest.raises(cifar_files._Refused, match=r"asks for a numpy scalar of 8 bytes \(int64\)"):
+        load(pickle.dumps(np.int64(7), protocol=3), budget=7)
+    with pytest.raises(cifar_files._Refused, match=r"asks for an array of 12 bytes \(int16\)"):
+        load(pickle.dumps(x, protocol=5), budget=11)
+
+
+def test_the_reconstructor_builds_arrays_only_and_ndarray_is_never_called():
+    with pytest.raises(cifar_files._Refused) as err:
+        load(pickle.dumps(Reconstructed(2, subtype=np.dtype), protocol=3))
+    assert str(err.value) == ("a CIFAR batch holds only dicts, lists, strings, numbers and numpy arrays, and this "
+                              f"file's pickle asks for numpy's _reconstruct of {str(np.dtype)}; nothing of it was run")
+    with pytest.raises(cifar_files._Refused) as err:
+        load(b"cnumpy\nndarray\n(K\x02tR.")
+    assert str(err.value).endswith("asks for numpy.ndarray called directly; nothing of it was run")
+    name = "x" * 5000
+    assert str(cifar_files._global_refused(name)).count("x") == 200
+
+
+def test_python_2_strings_of_the_published_files_read_as_latin1():
+    assert load(b"\x80\x02U\x02\xe9a.") == "\xe9a"
+
+
+def test_memo_entries_are_counted_by_every_put_and_memoize():
+    def memo(*ops):  # each op pushes None and memoizes it (MEMOIZE) or puts it at an index (BINPUT i)
+        body = b"".join(b"N\x94" if op == "m" else b"Nq" + bytes([op]) for op in ops)
+        return b"\x80\x04" + body + b"0" * (len(ops) - 1) + b"."
+    assert load(memo("m", "m", 2)) is None and load(memo(0, 1, 2)) is None  # each index follows the ones before
+    for ops, index, after in ((("m", "m", 3), 3, 2), ((0, 2), 2, 1)):
+        with pytest.raises(cifar_files._Refused) as err:
+            load(memo(*ops))
+        assert str(err.value) == (f"its pickle puts memo entry {index} after {after} entries (a pickler writes them in "
+                                  "order; this one would size the memo to it)")
+
+
+def test_a_counted_length_beyond_the_file_is_named_as_pickletools_reads_it(tmp_path):
+    bad = tmp_path / "b"
+    bad.write_bytes(b"\x80\x04\x8e" + struct.pack("<Q", 2**40) + b"xx.")
+    with pytest.raises(DataError) as err:
+        cifar_files.unpickle_batch(bad, "labels")
+    assert str(err.value) == (f"{bad}: cannot be read as a CIFAR batch (UnpicklingError: expected {2**40} bytes in a "
+                              "bytes8, but only 3 remain)")
+
+
+def test_labels_must_be_integers_within_the_classes(tmp_path):
+    path = tmp_path / "b"
+    for labels, says in ((np.array([1.0, 2.0]), "'labels' are float64 of shape (2,);"),
+                         (np.array([True, False]), "'labels' are bool of shape (2,);"),
+                         ([[0, 1], [2]], "'labels' are object of shape ()"),
+                         ([3, 3], None)):
+        path.write_bytes(pickle.dumps({"data": np.zeros((2, 3072), np.uint8), "labels": labels}))
+        if says is None:  # equal labels at the top of the range are fine
+            assert cifar_files.batch_arrays(path, "labels", 4)[1].tolist() == [3, 3]
+            continue
+        with pytest.raises(DataError) as err:
+            cifar_files.batch_arrays(path, "labels", 10)
+        assert says in str(err.value), str(err.value)
+
+
+def test_verify_looks_only_at_the_named_datasets_files(tmp_path):
+    write_cifar10(tmp_path, 50, 10)
+    assert len(verify_published("cifar10", str(tmp_path))) == 6  # synthetic files: none is the published one
+    assert verify_published("svhn", str(tmp_path)) == []  # no CIFAR folder of its own: nothing to compare

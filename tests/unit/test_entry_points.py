@@ -90,3 +90,8 @@ def test_evaluate_scores_a_checkpoint_bit_for_bit_as_the_trainer_and_keeps_stdou
     # another batch size is a different setup, and the protocol record says which
     assert evaluate_main([str(tmp_path / "run" / "best.pt"), "--batch-size", "7", "--out", str(out_file)]) == 0
     assert json.loads(out_file.read_text())["pgd40"]["protocol"]["batch_size"] == 7
+
+
+def test_a_message_of_several_lines_is_said_on_one_keeping_its_spacing():
+    from ssat.entry import one_line
+    assert one_line("a  b\nc\n\nd") == "a  b c  d"  # each newline a space, nothing else touched
