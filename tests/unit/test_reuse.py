@@ -125,3 +125,76 @@ def test_a_reference_run_reads_in_analysis_as_the_run_it_reuses(store, tmp_path)
     trial = runs[runs["meta.kind"] == "trial"].iloc[0]
     assert (trial["run_id"], trial["meta.reused_by"], trial["meta.row"], trial["run_name"], trial["experiment"]) == (
         original, ref.info.run_id, "b", "b s0", "new")  # the trained run, under the new sweep's identity
+
+
+def test_what_a_run_lacks_is_named_with_its_numbers(store, tmp_path):
+    uri, client = store
+    untagged = trained(client, tmp_path, "a")
+    client.delete_tag(untagged, "ssat.status")
+    assert why_not(client, client.get_run(untagged)) == "its status is 'unknown'"
+    run = client.get_run(trained(client, tmp_path, "a"))
+    run.data.params.pop("optim.epochs")  # a run of code that did not record it: never taken for whole
+    assert why_not(client, run) == "it recorded 3 of 0 epochs"
+    run = client.get_run(trained(client, tmp_path, "a"))
+    run.data.metrics.pop("time/epochs")
+    assert why_not(client, run) == "it recorded 0 of 3 epochs"
+
+
+def test_a_run_without_its_first_epochs_loss_is_partly_recorded(store, tmp_path):
+    uri, client = store
+    rid = trained(client, tmp_path, "a", epochs_logged=0)
+    for e in (2, 3):
+        client.log_metric(rid, "train/loss", 1.0, step=e)
+    client.log_metric(rid, "time/epochs", 3, step=3)
+    assert why_not(client, client.get_run(rid)) == "its training loss is logged at 2 of 3 epochs"
+
+
+def test_only_finished_trained_runs_of_other_sweeps_are_candidates(store, tmp_path):
+    uri, client = store
+    mine = Tracker(uri, "new", log=lambda s: None).experiment_id
+    running = trained(client, tmp_path, "old")
+    client.update_run(running, "RUNNING")  # its tag says FINISHED, MLflow does not: still being written
+    ref = trained(client, tmp_path, "other")
+    client.set_tag(ref, "ssat.reuses", "r0")  # a reference: never reused in turn (the run it names is)
+    anon = trained(client, tmp_path, "third")
+    client.delete_tag(anon, "ssat.config_hash")
+    assert find([("k", record("k"))], client, mine, CODE, lambda s: None) == {}
+
+
+def test_the_newest_whole_run_is_taken(store, tmp_path):
+    """By when it ended, not when it started: a run started first may end last."""
+    uri, client = store
+    first = trained(client, tmp_path, "old")
+    second = trained(client, tmp_path, "old")
+    client.update_run(first, "FINISHED")  # ends again, now after the second
+    client.set_terminated(first, "FINISHED", end_time=client.get_run(second).info.end_time + 1000)
+    assert find([("k", record("k"))], client, None, CODE, lambda s: None)["k"].run_id == first
+
+
+def test_the_summary_counts_per_sweep_and_per_difference():
+    found = {"a": Reuse("1", "s2", ["the git commit", "the lock file"]), "b": Reuse("2", "s1", ["the git commit"]),
+             "c": Reuse("3", "s2", [])}
+    assert summary(found, 5) == ("[reuse] 3 of 5 trials reused: 1 from s1, 2 from s2 (the git commit differs for 2; "
+                                 "the lock file differs for 1)")
+    assert summary({}, 4) == "[reuse] 0 of 4 trials reused"
+
+
+def test_a_reference_carries_the_trial_its_parent_and_what_code_differs(store, tmp_path):
+    uri, client = store
+    original = trained(client, tmp_path, "old")
+    tracker = Tracker(uri, "new", log=lambda s: None)
+    tracker.ensure_run("new-sweep", {"ssat.kind": "sweep"}, {}, name="new")
+    tracker.drain()
+    parent = tracker.find_run("new-sweep")
+    rec = record("new-h1-s0-grid", name="b s0")
+    reference(tracker, rec, Reuse(original, "old", ["the git commit", "the lock file"]), parent, client)
+    assert tracker.flush(timeout=10)
+    ref = client.get_run(tracker.find_run("new-h1-s0-grid"))
+    assert {k: v for k, v in ref.data.tags.items() if not k.startswith(("mlflow.", "protocol/"))
+            or k == "mlflow.parentRunId"} == {
+        **{k: str(v) for k, v in rec.tags.items()}, "ssat.status": "FINISHED", "ssat.reuses": original,
+        "ssat.reused_from": "old", "ssat.reused_code_differs": "the git commit, the lock file",
+        "mlflow.parentRunId": parent}
+    assert ref.data.params == {"optim.epochs": "3", "method.beta": "0.4"} and ref.info.run_name == "b s0"
+    assert [m.step for m in client.get_metric_history(ref.info.run_id, "test/best/pgd20")] == [3]
+    assert ref.info.status == "FINISHED"
