@@ -198,3 +198,30 @@ def test_a_reference_carries_the_trial_its_parent_and_what_code_differs(store, t
     assert ref.data.params == {"optim.epochs": "3", "method.beta": "0.4"} and ref.info.run_name == "b s0"
     assert [m.step for m in client.get_metric_history(ref.info.run_id, "test/best/pgd20")] == [3]
     assert ref.info.status == "FINISHED"
+
+
+def test_a_stage_trains_only_the_trials_no_whole_run_exists_for_decided_once(store, tmp_path):
+    """to_train on a real store: the reused trial gets its reference run, the others are handed back to train, the
+    choice is kept in the sweep's state, and a resumed stage keeps it even when more runs have appeared since."""
+    from sweeps.reuse import records, to_train
+    from sweeps.spec import parse_spec
+
+    uri, client = store
+    spec = parse_spec({"name": "new", "preset": "mnist5k-ssat-mbi", "table": "ablation", "seeds": [0, 1],
+                       "grid": [{"row": "a", "set": {"method.beta": 0.4}}]})
+    trials = spec.trials()
+    recs = records(spec, trials, {})
+    assert [k for k, _ in recs] == [r.key for _, r in recs] and [r.tags["ssat.seed"] for _, r in recs] == [0, 1]
+    h = recs[0][1].tags["ssat.config_hash"]
+    original = trained(client, tmp_path, "old", h=h, seed=0)
+    tracker = Tracker(uri, "new", log=lambda s: None)
+    state, said = SimpleNamespace(reused={}, code=CODE), []
+    left = to_train("grid", spec, trials, state, tracker, {}, None, said.append)
+    assert left == [trials[1]] and said == ["[reuse] 1 of 2 trials reused: 1 from old"]
+    assert state.reused == {"grid": {recs[0][0]: {"run_id": original, "sweep": "old", "differs": []}}}
+    assert tracker.flush(timeout=10)
+    assert client.get_run(tracker.find_run(recs[0][0])).data.tags["ssat.reuses"] == original
+    trained(client, tmp_path, "old", h=h, seed=1)  # a whole run of the other trial, after the stage decided
+    assert to_train("grid", spec, trials, state, tracker, {}, None, said.append) == [trials[1]]
+    assert to_train("confirm", spec, trials[1:], SimpleNamespace(reused={}, code=CODE), tracker, {}, None,
+                    said.append) == []  # a new decision finds it
