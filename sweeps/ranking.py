@@ -140,9 +140,8 @@ def winner_lines(configs: list[tuple[int, str, list[TrialOutcome]]], spec) -> li
 
 
 def welch_p(a: list[float], b: list[float]) -> float | None:
-    """Two-sided p of Welch's t-test (unequal variances), as the tables test a row against its baseline."""
-    if len(a) < 2 or len(b) < 2:
-        return None
+    """Two-sided p of Welch's t-test (unequal variances), as the tables test a row against its baseline; None when
+    it is undefined (fewer than two values on a side, or no spread)."""
     import warnings
 
     from scipy import stats

@@ -76,9 +76,8 @@ def rescale_space(space: dict, epochs: int, old: int, path: str) -> dict:
     return out
 
 
-def parse_search(search: Any, path: str, spec, *, samples: int | None = None, top_k: int | None = None,
-                 seeds_option: bool = False, sets: dict | None = None, overrides: dict | None = None,
-                 rescaled_from: int | None = None) -> dict:
+def parse_search(search: Any, path: str, spec, *, samples: int | None, top_k: int | None, seeds_option: bool,
+                 sets: dict | None, overrides: dict | None, rescaled_from: int | None) -> dict:
     """The validated search block (`spec` is the sweeps.spec.Spec being built: its base config, seeds, metrics)."""
     if not isinstance(search, dict):
         raise spec_error(path, "search: expected a mapping with num_samples, space, confirm")

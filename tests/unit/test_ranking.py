@@ -217,3 +217,11 @@ def test_welch_p_is_welchs_not_students():
     df = se2 ** 2 / ((va / 4) ** 2 / 3 + (vb / 2) ** 2 / 1)  # Welch-Satterthwaite
     assert welch_p(a, b) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9)
     assert welch_p(a, b) != pytest.approx(float(stats.ttest_ind(a, b).pvalue), rel=1e-3)  # Student's pooled test
+
+
+def test_only_the_winner_and_runner_up_decide_why_the_test_is_undefined():
+    """The first two agree exactly over two seeds each (no spread); a third with one seed does not change why."""
+    out = StageOutcome("confirm", 5, [trial(f"top{r} {c} s{s}", rank=r, label=c, val__pgd10=60.0)
+                                      for r, c in ((1, "x"), (2, "y")) for s in (10, 11)]
+                       + [trial("top3 z s10", rank=3, label="z", val__pgd10=1.0)])
+    assert confirm_summary(out, spec())[-1].endswith("(Welch's t-test undefined: no spread over seeds)")

@@ -197,3 +197,11 @@ def test_asha_grace_is_at_least_the_largest_t_and_the_first_milestone(t, milesto
     from sweeps.search_spec import _min_grace
     spec = SimpleNamespace(base={"attack": {"t": t}, "optim": {"lr_milestones": milestones}})
     assert _min_grace(spec, space) == need
+
+
+def test_the_smallest_epochs_named_may_be_one_short_of_the_searchs_own():
+    """t [1, 2] of a 5-epoch search: 1 and 1 in 2 or 3 epochs (lowest 1), 1 and 2 in 4 (0.8 -> 1, 1.6 -> 2)."""
+    with pytest.raises(SpecError) as err:
+        rescale_space({"attack.t": {"int": [1, 2]}}, 2, 5, "<spec>")
+    assert str(err.value).endswith("becomes [1, 1], which no longer holds a range; the smallest --epochs that keeps "
+                                   "it is 4")

@@ -176,3 +176,28 @@ def test_a_multi_objective_study_or_an_unknown_trial_gets_no_intermediate_value(
     one = searcher(storage_url(tmp_path / "one"))
     one.on_trial_result("nobody", {"epoch": 1, "val/pgd10": 5.0})
     assert one._ot_study.trials == []
+
+
+def test_the_study_records_its_sweeps_metric_mode_and_store():
+    one = study_attrs(parse_spec(SPEC), "sqlite:///m.db")
+    assert {k: v for k, v in one.items() if k != "space"} == {"metric": "val/pgd10", "mode": "max", "sweep": "unit",
+                                                               "tracking_uri": "sqlite:///m.db"}
+    two = study_attrs(parse_spec({**SPEC, "metric": ["val/clean", "val/pgd10"], "mode": ["max", "min"]}), "u")
+    assert (two["metric"], two["mode"]) == (["val/clean", "val/pgd10"], ["max", "min"])
+
+
+def test_a_storage_that_fails_says_its_first_line_cut_to_200_characters(monkeypatch, tmp_path):
+    def fail(url):
+        raise RuntimeError("x" * 300 + "\nsecond line")
+    monkeypatch.setattr(optuna.study, "get_all_study_names", fail)
+    with pytest.raises(SweepError) as err:
+        check_new_study("postgresql+psycopg2://u@h/x", "unit")
+    assert str(err.value) == f"--optuna-storage postgresql+psycopg2://u@h/x: cannot be opened (RuntimeError: {'x' * 200})"
+
+
+def test_no_sample_left_names_no_trial(monkeypatch, tmp_path):
+    """OptunaSearch hands out nothing (None) when it has no sample for Tune yet: nothing is named."""
+    from ray.tune.search.optuna import OptunaSearch
+    s = searcher(storage_url(tmp_path))
+    monkeypatch.setattr(OptunaSearch, "suggest", lambda self, trial_id: None)
+    assert s.suggest("x") is None and s._ot_study.trials == []
