@@ -135,11 +135,16 @@ def _restore(work: Path, continue_from: str | None = None) -> str | None:
     return None
 
 
+def lines(notes: list[str]) -> str:
+    """Notes (tracebacks, each with or without its last newline) as lines of a trial's log."""
+    return "".join(n if n.endswith("\n") else n + "\n" for n in notes)
+
+
 def _continue(work: Path, registered: Path, log: bytes) -> str:
     """Fill `work` from the newest intact checkpoint of the trial that registered `registered`, or leave it empty
     (the trial starts over) when none is left; damaged ones without an intact one fail it (NoIntactCheckpoint)."""
     plan, notes = plan_restore(registered, None)
-    (work / "trial.log").write_bytes(log + "".join(n if n.endswith("\n") else n + "\n" for n in notes).encode())
+    (work / "trial.log").write_bytes(log + lines(notes).encode())
     if plan.fails:
         raise NoIntactCheckpoint(recovery_record(plan, str(registered.parent)))
     if plan.use is not None:
@@ -186,8 +191,7 @@ def train_trial(config: dict) -> None:
     if continued:
         recovery = Recovery(continued, continued, [])
     if recovery is not None:  # what the restore did instead of the checkpoint Tune named; details here only
-        for note in recovery.notes:
-            logf.write(note if note.endswith("\n") else note + "\n")
+        logf.write(lines(recovery.notes))
         log(f"recovery: {recovery.record}")
 
     (work / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
@@ -396,7 +400,7 @@ class SweepTrainable(wrap_function(train_trial)):
             work = work_dir(self._storage)
             work.mkdir(parents=True, exist_ok=True)
             with open(work / "trial.log", "a") as f:
-                f.write("".join(n if n.endswith("\n") else n + "\n" for n in notes))
+                f.write(lines(notes))
                 f.write(f"{time.strftime('%H:%M:%S')} restore refused: {recovery.record}\n")
             raise NoIntactCheckpoint(recovery.console)
         RECOVERIES[self.trial_id] = recovery

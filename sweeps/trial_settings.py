@@ -66,7 +66,7 @@ def continuation_space(short: list[tuple[dict, str]]) -> dict:
 
     def one(config: dict, checkpoint: str) -> dict:
         inner = config.get(KEY, config)
-        return {**inner, "meta": {**inner.get("meta", {}), "continue_from": checkpoint}}
+        return {**inner, "meta": {**inner["meta"], "continue_from": checkpoint}}
 
     return {KEY: tune.grid_search([one(c, ckpt) for c, ckpt in short])}
 

@@ -161,8 +161,14 @@ def test_a_continued_trial_starts_from_the_newest_intact_checkpoint_of_the_one_t
     assert torch.load(fresh / "last.pt", weights_only=True)["epoch"] == 1
     (trial / "checkpoint_000000" / "last.pt").write_bytes(b"torn")
     (tmp_path / "work3").mkdir()
-    with pytest.raises(NoIntactCheckpoint, match="no intact checkpoint is left"):
-        _continue(tmp_path / "work3", trial / "checkpoint_000001", b"")
+    with pytest.raises(NoIntactCheckpoint) as err:
+        _continue(tmp_path / "work3", trial / "checkpoint_000001", b"before\n")
+    assert str(err.value) == (f"{trial}/checkpoint_000001/state.pt failed its checksum, {trial}/checkpoint_000000/"
+                              "last.pt failed its checksum; no intact checkpoint is left, so the trial fails (resume "
+                              "the sweep with --rerun-failed to start it over)")  # named where they lie
+    log = (tmp_path / "work3" / "trial.log").read_text()  # the tracebacks, one after the other, for the trial's log
+    assert log.startswith("before\nTraceback") and log.count("Traceback") == 2 and log.endswith("\n")
+    assert "(file torn or modified)\nTraceback" in log
     empty = tmp_path / "work4"
     empty.mkdir()
     assert _continue(empty, tmp_path / "gone" / "checkpoint_000000", b"before\n") == (
@@ -170,6 +176,11 @@ def test_a_continued_trial_starts_from_the_newest_intact_checkpoint_of_the_one_t
         "is left: started over")
     assert sorted(p.name for p in empty.iterdir()) == ["trial.log"]
     assert (empty / "trial.log").read_text() == "before\n"
+
+
+def test_notes_become_lines_of_the_log():
+    from sweeps.trainable import lines
+    assert lines(["a", "b\n", "c"]) == "a\nb\nc\n" and lines([]) == ""
 
 
 def test_a_continuation_keeps_each_trials_settings_and_names_its_checkpoint():

@@ -300,3 +300,11 @@ def test_verify_looks_only_at_the_named_datasets_files(tmp_path):
     write_cifar10(tmp_path, 50, 10)
     assert len(verify_published("cifar10", str(tmp_path))) == 6  # synthetic files: none is the published one
     assert verify_published("svhn", str(tmp_path)) == []  # no CIFAR folder of its own: nothing to compare
+
+
+def test_an_array_state_must_be_numpys_tuple_and_fortran_order_is_kept():
+    with pytest.raises(cifar_files._Refused, match="a state that is not numpy's"):
+        load(pickle.dumps(Reconstructed(0, [1, (2,), np.dtype("u1"), False, b"ab"]), protocol=3))  # a list, not a tuple
+    f = np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))
+    got = load(pickle.dumps(f, protocol=5))
+    assert np.array_equal(got, f) and got.flags.f_contiguous

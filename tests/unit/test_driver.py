@@ -106,6 +106,7 @@ def test_a_run_is_finished_only_with_all_its_epochs_where_no_scheduler_stops_tri
                                                           "without its last (Tune completed it early)"}
     assert _end_tags({"epoch": 12, "time/epochs": 12}, meta) == ({"ssat.status": "FINISHED"}, "FINISHED")
     assert _end_tags({"epoch": 12}, {"epochs": 12})[1] == "FINISHED"  # its last epoch reported
+    assert _end_tags({}, {"epochs": 12})[0]["ssat.status"].startswith("KILLED: ended at epoch 0 of 12")  # none reported
 
 
 def test_a_cut_trial_says_the_epoch_it_was_in_or_that_only_its_completion_was_missing():
