@@ -188,6 +188,7 @@ def test_the_budget_is_the_files_size_plus_slack_and_every_array_draws_on_it(tmp
     path.write_bytes(batch(size + 64))  # exactly the budget: allowed
     d = cifar_files.unpickle_batch(path, "labels")
     assert d["data"].shape == (size + 64,) and type(d["data"]) is np.ndarray  # a plain array, not the loader's own
+    assert d["data"].dtype == np.int8  # the dtype the pickle gave _reconstruct (no BUILD state follows it here)
     path.write_bytes(batch(size + 65))
     with pytest.raises(DataError, match=rf"asks for an array of {size + 65:,} bytes \(int8\), more than the file can "
                                         rf"fill \({size + 64:,} bytes left of its size \+ 64\); nothing was allocated"):
@@ -254,6 +255,9 @@ def test_the_reconstructor_builds_arrays_only_and_ndarray_is_never_called():
     assert str(err.value).endswith("asks for numpy.ndarray called directly; nothing of it was run")
     name = "x" * 5000
     assert str(cifar_files._global_refused(name)).count("x") == 200
+    with pytest.raises(cifar_files._Refused) as err:
+        load(pickle.dumps(Reconstructed(2, subtype="y" * 300), protocol=3))
+    assert "y" * 100 in str(err.value) and "y" * 101 not in str(err.value)  # the subtype's text cut short
 
 
 def test_python_2_strings_of_the_published_files_read_as_latin1():

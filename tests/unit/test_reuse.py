@@ -82,15 +82,15 @@ def test_a_run_missing_an_epochs_loss_is_partly_recorded(store, tmp_path):
 def test_find_takes_the_whole_run_of_another_sweep_and_says_why_it_passes_one_over(store, tmp_path):
     uri, client = store
     good = trained(client, tmp_path, "old", code={**CODE, "git_commit": "def"})
-    trained(client, tmp_path, "other", damage="checksum")
+    other = trained(client, tmp_path, "other", damage="checksum")
+    client.delete_tag(other, "ssat.sweep")  # a run that does not say its sweep is named by "?"
     trained(client, tmp_path, "old", h="h2")  # another configuration
     said = []
     mine = Tracker(uri, "new", log=lambda s: None).experiment_id
     found = find([("new-h1-s0-grid", record("new-h1-s0-grid")), ("new-h3-s0-grid", record("new-h3-s0-grid", "h3"))],
                  client, mine, CODE, said.append)
     assert found == {"new-h1-s0-grid": Reuse(good, "old", ["the git commit"])}
-    assert any("not reusing run" in s and "of other for a s0: its best checkpoint fails its checksum" in s
-               for s in said)
+    assert said == [f"[reuse] not reusing run {other} of ? for a s0: its best checkpoint fails its checksum"]
     assert summary(found, 2) == "[reuse] 1 of 2 trials reused: 1 from old (the git commit differs for 1)"
 
 
@@ -138,6 +138,8 @@ def test_what_a_run_lacks_is_named_with_its_numbers(store, tmp_path):
     run = client.get_run(trained(client, tmp_path, "a"))
     run.data.metrics.pop("time/epochs")
     assert why_not(client, run) == "it recorded 0 of 3 epochs"
+    run.data.params["optim.epochs"] = "1"  # one epoch, and no record of it
+    assert why_not(client, run) == "it recorded 0 of 1 epochs"
 
 
 def test_a_run_without_its_first_epochs_loss_is_partly_recorded(store, tmp_path):
@@ -214,13 +216,21 @@ def test_a_stage_trains_only_the_trials_no_whole_run_exists_for_decided_once(sto
     assert [k for k, _ in recs] == [r.key for _, r in recs] and [r.tags["ssat.seed"] for _, r in recs] == [0, 1]
     h = recs[0][1].tags["ssat.config_hash"]
     original = trained(client, tmp_path, "old", h=h, seed=0)
+    damaged = trained(client, tmp_path, "broken", h=h, seed=1, damage="checksum")
+    trained(client, tmp_path, "new", h=h, seed=1)  # the sweep's own run: never a candidate
     tracker = Tracker(uri, "new", log=lambda s: None)
+    tracker.ensure_run("new-sweep", {"ssat.kind": "sweep"}, {}, name="new")
+    tracker.drain()
+    parent = tracker.find_run("new-sweep")
     state, said = SimpleNamespace(reused={}, code=CODE), []
-    left = to_train("grid", spec, trials, state, tracker, {}, None, said.append)
-    assert left == [trials[1]] and said == ["[reuse] 1 of 2 trials reused: 1 from old"]
+    left = to_train("grid", spec, trials, state, tracker, {}, parent, said.append)
+    assert left == [trials[1]] and said == [
+        f"[reuse] not reusing run {damaged} of broken for {recs[1][1].name}: its best checkpoint fails its checksum",
+        "[reuse] 1 of 2 trials reused: 1 from old"]
     assert state.reused == {"grid": {recs[0][0]: {"run_id": original, "sweep": "old", "differs": []}}}
     assert tracker.flush(timeout=10)
-    assert client.get_run(tracker.find_run(recs[0][0])).data.tags["ssat.reuses"] == original
+    ref = client.get_run(tracker.find_run(recs[0][0])).data.tags
+    assert (ref["ssat.reuses"], ref["mlflow.parentRunId"]) == (original, parent)
     trained(client, tmp_path, "old", h=h, seed=1)  # a whole run of the other trial, after the stage decided
     assert to_train("grid", spec, trials, state, tracker, {}, None, said.append) == [trials[1]]
     assert to_train("confirm", spec, trials[1:], SimpleNamespace(reused={}, code=CODE), tracker, {}, None,
