@@ -195,9 +195,10 @@ def test_a_storage_that_fails_says_its_first_line_cut_to_200_characters(monkeypa
     assert str(err.value) == f"--optuna-storage postgresql+psycopg2://u@h/x: cannot be opened (RuntimeError: {'x' * 200})"
 
 
-def test_no_sample_left_names_no_trial(monkeypatch, tmp_path):
-    """OptunaSearch hands out nothing (None) when it has no sample for Tune yet: nothing is named."""
+@pytest.mark.parametrize("given", [None, "FINISHED"])
+def test_no_sample_names_no_trial(monkeypatch, tmp_path, given):
+    """OptunaSearch hands out no sample (None: none yet; Searcher.FINISHED: the search is done): nothing is named."""
     from ray.tune.search.optuna import OptunaSearch
     s = searcher(storage_url(tmp_path))
-    monkeypatch.setattr(OptunaSearch, "suggest", lambda self, trial_id: None)
-    assert s.suggest("x") is None and s._ot_study.trials == []
+    monkeypatch.setattr(OptunaSearch, "suggest", lambda self, trial_id: given)
+    assert s.suggest("x") == given and s._ot_study.trials == []
