@@ -52,6 +52,14 @@ def trained(client, tmp: Path, sweep: str, h: str = "h1", seed: int = 0, epochs_
     return rid
 
 
+def new_sweep(uri: str) -> tuple[Tracker, str]:
+    """The tracker of a sweep "new" whose parent run is in the store, and that run's id."""
+    tracker = Tracker(uri, "new", log=lambda s: None)
+    tracker.ensure_run("new-sweep", {"ssat.kind": "sweep"}, {}, name="new")
+    tracker.drain()
+    return tracker, tracker.find_run("new-sweep")
+
+
 @pytest.fixture
 def store(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -110,12 +118,10 @@ def test_code_differences_are_named():
 def test_a_reference_run_reads_in_analysis_as_the_run_it_reuses(store, tmp_path):
     uri, client = store
     original = trained(client, tmp_path, "old")
-    tracker = Tracker(uri, "new", log=lambda s: None)
-    tracker.ensure_run("new-sweep", {"ssat.kind": "sweep"}, {}, name="new")
-    tracker.drain()
+    tracker, parent = new_sweep(uri)
     rec = record("new-h1-s0-grid", name="b s0")
     rec.tags["ssat.row"] = "b"
-    reference(tracker, rec, Reuse(original, "old", []), tracker.find_run("new-sweep"), client)
+    reference(tracker, rec, Reuse(original, "old", []), parent, client)
     assert tracker.flush(timeout=10)
     ref = client.get_run(tracker.find_run("new-h1-s0-grid"))
     assert (ref.data.tags["ssat.reuses"], ref.data.tags["ssat.reused_from"], ref.info.status) == (original, "old",
@@ -184,10 +190,7 @@ def test_the_summary_counts_per_sweep_and_per_difference():
 def test_a_reference_carries_the_trial_its_parent_and_what_code_differs(store, tmp_path):
     uri, client = store
     original = trained(client, tmp_path, "old")
-    tracker = Tracker(uri, "new", log=lambda s: None)
-    tracker.ensure_run("new-sweep", {"ssat.kind": "sweep"}, {}, name="new")
-    tracker.drain()
-    parent = tracker.find_run("new-sweep")
+    tracker, parent = new_sweep(uri)
     rec = record("new-h1-s0-grid", name="b s0")
     reference(tracker, rec, Reuse(original, "old", ["the git commit", "the lock file"]), parent, client)
     assert tracker.flush(timeout=10)
@@ -218,10 +221,7 @@ def test_a_stage_trains_only_the_trials_no_whole_run_exists_for_decided_once(sto
     original = trained(client, tmp_path, "old", h=h, seed=0)
     damaged = trained(client, tmp_path, "broken", h=h, seed=1, damage="checksum")
     trained(client, tmp_path, "new", h=h, seed=1)  # the sweep's own run: never a candidate
-    tracker = Tracker(uri, "new", log=lambda s: None)
-    tracker.ensure_run("new-sweep", {"ssat.kind": "sweep"}, {}, name="new")
-    tracker.drain()
-    parent = tracker.find_run("new-sweep")
+    tracker, parent = new_sweep(uri)
     state, said = SimpleNamespace(reused={}, code=CODE), []
     left = to_train("grid", spec, trials, state, tracker, {}, parent, said.append)
     assert left == [trials[1]] and said == [
