@@ -262,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only these parts: table1 table2 table3 table4 table5 tables6-7 fig4 fig5 (default: all)")
     pp.add_argument("--specs", default=None, metavar="DIR",
                     help="read the parts' spec files (the names of sweeps/specs) from DIR instead: your own set")
-    pp.add_argument("--autoattack-images", type=int, default=100, metavar="N",
-                    help="AutoAttack on the first N test images of each trial (default 100; tagged firstN)")
+    pp.add_argument("--autoattack-images", type=int, default=50, metavar="N",
+                    help="AutoAttack on the first N test images of each trial (default 50; tagged firstN)")
     pp.add_argument("--autoattack-seeds", type=int, nargs="+", default=[0, 1], metavar="SEED",
                     help="the seeds whose trials AutoAttack evaluates (default 0 1)")
     add_calibrate(sub)

@@ -98,7 +98,8 @@ def setup_text(cfg: Config) -> str:
     unlabeled = f"{d.n_unlabeled:,}" if d.n_unlabeled else "all other"
     test = f"the first {e.test_n:,}" if e.test_n else "all"
     aa_images = f"the first {e.autoattack_n:,}" if e.autoattack_n else "the same"
-    aa_seeds = "every seed" if e.autoattack_seeds is None else "seed " + ", ".join(map(str, e.autoattack_seeds))
+    aa_seeds = "every seed" if e.autoattack_seeds is None else \
+        ("seed " if len(e.autoattack_seeds) == 1 else "seeds ") + ", ".join(map(str, e.autoattack_seeds))
     bn = "batch-norm statistics averaged with them" if o.swa_bn == "average" else \
         "batch-norm statistics recomputed on clean images"
     parts = [f"model {cfg.model.name}",

@@ -28,9 +28,9 @@ def best_row(runs, stage: str = "demo", metric: str = "test/best/pgd20") -> tupl
     return str(means.idxmax()), float(means.max())
 
 
-def _autoattack(checkpoint_file, ckpt: str, cfg: Config, log) -> tuple[dict, dict]:
-    """AutoAttack on one checkpoint's first eval.autoattack_n test images, on the CPU: its flat metrics and
-    protocol tags (`ssat.evaluate.flatten_results`)."""
+def _autoattack(checkpoint_file, ckpt: str, cfg: Config, log, n_threads: int | None = None) -> tuple[dict, dict]:
+    """AutoAttack on one checkpoint's first eval.autoattack_n test images, on the CPU with `n_threads` torch threads
+    (None: every core): its flat metrics and protocol tags (`ssat.evaluate.flatten_results`)."""
     import torch
 
     from ssat.evaluate import evaluate_model, first_test_images, flatten_results, load_checkpoint_model
@@ -41,7 +41,7 @@ def _autoattack(checkpoint_file, ckpt: str, cfg: Config, log) -> tuple[dict, dic
     x, y, _ = first_test_images(ck_cfg, e.autoattack_n, torch.device("cpu"))
     # channels_last as in training (1.8x for the CNN's attacks on a CPU); every core: the trials are done
     model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-    with threads(os.cpu_count()):
+    with threads(n_threads or os.cpu_count()):
         res = evaluate_model(model, x, y, eps=ck_cfg.eps, checkpoint=ckpt, pgd_steps=(), autoattack=True,
                              batch_size=e.batch_size, subset=f"first{len(x)}", fold_bn=ck_cfg.system.fold_bn,
                              log=log)

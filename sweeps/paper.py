@@ -12,7 +12,7 @@ runs, in miniature on MNIST-5k, in one command.
 
 Each part is a sweep of its own in one working folder and store, run with `--reuse` (sweeps.reuse): a trial of
 the same config hash and seed as a finished one (SSAT-MBI's defaults are five parts' rows) is trained once, and
-the teachers are made once (one split, one teacher cache). Then AutoAttack on the first 100 test images of every
+the teachers are made once (one split, one teacher cache). Then AutoAttack on the first 50 test images of every
 trial of seeds 0 and 1 (sweeps.subset_autoattack; --autoattack-images, --autoattack-seeds), and the report: every table (md, tex, csv, provenance),
 figure (PNG), convergence verdict and claim under outputs/paper/, with index.md in the paper's order
 (analysis.paper_report). A part finished before is not run again; a cut one resumes; Ctrl+C stops the command, and
@@ -179,13 +179,20 @@ def finish(parts: list[PaperPart], work: dict, workdir: Path, timings: dict, t0:
     t1 = time.perf_counter()
     run_autoattack(uri, list(names.values()), *autoattack, workdir, log)
     timings["autoattack"] = {"wall_s": round(time.perf_counter() - t1, 1)}
-    report = [_report_part(p, work, names, states, timings, Part) for p in parts]
+    report = [_report_part(p, work, names, states, timings, Part, autoattack) for p in parts]
     index = write_report(report, workdir / "outputs" / "paper", uri, machine(), time.strftime("%Y-%m-%d"))
     log(f"[paper] done in {duration(time.perf_counter() - t0)}: {index}")
     return 0
 
 
-def _report_part(p: PaperPart, work: dict, names: dict, states: dict, timings: dict, Part):
+def attacked(cfg, seeds: tuple[int, ...], images: int):
+    """`cfg` as the caption should read it after the AutoAttack step: every row's `seeds`, the first `images`."""
+    from dataclasses import replace
+
+    return replace(cfg, eval=replace(cfg.eval, autoattack=True, autoattack_n=images, autoattack_seeds=list(seeds)))
+
+
+def _report_part(p: PaperPart, work: dict, names: dict, states: dict, timings: dict, Part, autoattack: tuple):
     from .demo import setup_text
 
     source = p.reads or p.name
@@ -193,6 +200,6 @@ def _report_part(p: PaperPart, work: dict, names: dict, states: dict, timings: d
     spec = work[source]["spec"]
     reused = sum(len(r) for r in state.reused.values())
     return Part(name=p.name, title=p.title, experiments=[names[source]], tables=list(p.tables),
-                figures=list(p.figures), stages=p.stages, setup=setup_text(spec.trials()[0].config),
+                figures=list(p.figures), stages=p.stages, setup=setup_text(attacked(spec.trials()[0].config, *autoattack)),
                 wall_seconds=None if p.reads else timings.get(p.name, {}).get("wall_s"),
                 trained=0 if p.reads else work[source]["trials"] - reused, reused=0 if p.reads else reused)
