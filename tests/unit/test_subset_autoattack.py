@@ -1,0 +1,112 @@
+"""sweeps/subset_autoattack.py on a real MLflow store: which runs are attacked (finished trials of the seeds asked
+for, a reused trial as the run it names, each once, none that has the result), and the results written into those
+runs as their own final evaluation would (the step of their last epoch, tagged firstN), the same in one process
+and in worker processes, and a rerun attacking nothing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from ssat.config import from_dict
+from ssat.models import create_model
+from ssat.presets import preset
+from ssat.storage import save_verified
+from sweeps.subset_autoattack import Target, _config, run_autoattack, targets
+
+IMAGES = 4
+
+
+class Store:
+    def __init__(self, tmp: Path):
+        self.tmp, self.uri = tmp, f"sqlite:///{tmp / 'mlflow.db'}"
+        self.client = MlflowClient(self.uri)
+        self.exp: dict[str, str] = {}
+
+    def experiment(self, name: str) -> str:
+        if name not in self.exp:
+            self.exp[name] = self.client.create_experiment(name, artifact_location=(self.tmp / "mlartifacts").as_uri())
+        return self.exp[name]
+
+    def trial(self, sweep: str, name: str, seed: int, status: str = "FINISHED", metrics: dict | None = None,
+              kind: str = "trial", **tags) -> str:
+        run = self.client.create_run(self.experiment(sweep), run_name=name, tags={
+            "ssat.kind": kind, "ssat.seed": str(seed), "ssat.key": f"{sweep}/{name}", "ssat.sweep": sweep, **tags})
+        for k, v in {"time/epochs": 2, **(metrics or {})}.items():
+            self.client.log_metric(run.info.run_id, k, v, step=2)
+        self.client.set_terminated(run.info.run_id, status)
+        return run.info.run_id
+
+    def with_checkpoint(self, run_id: str) -> str:
+        """A cnn-small best.pt (random weights, the Trainer's format, with its checksum file) and config.json."""
+        cfg = from_dict(preset("mnist5k-ssat-mbi"), {"eval.batch_size": 100})
+        torch.manual_seed(0)
+        model = create_model("cnn-small", 10, 1)
+        folder = self.tmp / run_id / "checkpoints"
+        folder.mkdir(parents=True)
+        save_verified({"model": model.state_dict(), "config": cfg.to_dict(), "kind": "best", "epoch": 2,
+                       "metrics": {}, "split_hash": "0" * 16, "model_name": "cnn-small"}, folder / "best.pt")
+        self.client.log_artifacts(run_id, str(folder), "checkpoints")
+        (self.tmp / run_id / "config.json").write_text(json.dumps(cfg.to_dict()))
+        self.client.log_artifact(run_id, str(self.tmp / run_id / "config.json"))
+        return run_id
+
+
+def test_the_targets_are_finished_trials_of_the_seeds_each_once_a_reused_one_as_the_run_it_names(tmp_path):
+    s = Store(tmp_path)
+    a0 = s.trial("a", "A s0", 0)
+    s.trial("a", "A s1 done", 1, metrics={"test/best/autoattack": 50.0})  # has the result: skipped
+    s.trial("a", "A s2", 2)                                                # not a seed asked for
+    s.trial("a", "A s0 running", 0, status="RUNNING")
+    s.trial("a", "A s0 failed", 0, status="FAILED")
+    s.trial("a", "parent", 0, kind="sweep")
+    no_epochs = s.client.create_run(s.experiment("a"), run_name="no epochs", tags={
+        "ssat.kind": "trial", "ssat.seed": "1", "ssat.key": "a/none", "ssat.sweep": "a"})
+    s.client.set_terminated(no_epochs.info.run_id, "FINISHED")  # nothing recorded: no step to write at
+    s.trial("b", "B s0 (reuses A s0)", 0, **{"ssat.reuses": a0})
+    b1 = s.trial("b", "B s1", 1, metrics={"time/epochs": 7})
+    assert targets(s.client, "a", (0, 1)) == [Target(a0, "a", "a/A s0", "A s0", 0, 2)]
+    assert set(targets(s.client, "b", (0, 1))) == {Target(a0, "a", "a/A s0", "A s0", 0, 2),
+                                                   Target(b1, "b", "b/B s1", "B s1", 1, 7)}
+    assert targets(s.client, "b", (1,)) == [Target(b1, "b", "b/B s1", "B s1", 1, 7)]
+    assert targets(s.client, "no such sweep", (0, 1)) == []
+
+
+def test_a_targets_config_is_its_own_with_autoattack_on_the_first_n_images(tmp_path):
+    s = Store(tmp_path)
+    run = s.with_checkpoint(s.trial("a", "A s0", 0))
+    cfg = _config(s.client, run, 13, str(tmp_path / "dl"))
+    assert cfg.eval.autoattack_n == 13 and cfg.eval.batch_size == 100
+    assert cfg.to_dict() == from_dict(preset("mnist5k-ssat-mbi"), {"eval.batch_size": 100,
+                                                                  "eval.autoattack_n": 13}).to_dict()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_target_gets_its_result_at_its_last_epoch_once(tmp_path, workers):
+    s = Store(tmp_path)
+    a0 = s.with_checkpoint(s.trial("a", "A s0", 0))
+    b1 = s.with_checkpoint(s.trial("b", "B s1", 1, metrics={"time/epochs": 7}))
+    s.trial("b", "B s0", 0, **{"ssat.reuses": a0})
+    lines: list[str] = []
+    assert run_autoattack(s.uri, ["a", "b"], (0, 1), IMAGES, tmp_path, log=lines.append, workers=workers) == 2
+    assert lines[0] == (f"[autoattack] 2 run(s) without AutoAttack: seeds 0, 1, best checkpoint, the first {IMAGES} "
+                        f"test images, {workers} at a time")
+    results = {}
+    for run_id, step in ((a0, 2), (b1, 7)):
+        run = s.client.get_run(run_id)
+        history = s.client.get_metric_history(run_id, "test/best/autoattack")
+        assert [m.step for m in history] == [step]
+        protocol = json.loads(run.data.tags["protocol/best/autoattack"])
+        assert (protocol["subset"], protocol["n"], protocol["eps"]) == (f"first{IMAGES}", IMAGES, 0.3)
+        results[run.info.run_name] = history[0].value
+        assert any(ln.startswith(f"  {run.info.run_name}: ") for ln in lines)  # the attack's own lines, named
+    done = [ln for ln in lines if ln.startswith("[autoattack] ") and "%" in ln]
+    assert len(done) == 2 and done[0].endswith("left)") and done[1].endswith("(2/2)")
+    assert {n: f"{v:.2f}%" in "".join(done) for n, v in results.items()} == {"A s0": True, "B s1": True}
+    again: list[str] = []
+    assert run_autoattack(s.uri, ["a", "b"], (0, 1), IMAGES, tmp_path, log=again.append, workers=workers) == 0
+    assert again == ["[autoattack] 0 run(s) without AutoAttack: seeds 0, 1, best checkpoint, the first 4 test images"]
+    assert len(s.client.get_metric_history(a0, "test/best/autoattack")) == 1
