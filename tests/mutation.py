@@ -318,7 +318,7 @@ def clean_run_needed(changed: set[str] | None, full_collection: bool) -> str | N
 
 
 def importers(test_files: set[str]) -> set[str]:
-    """The unit test files that import any of `test_files` (tests/fakedata.py, tests/unit/test_x.py ...)."""
+    """The unit test files that import any of `test_files` (tests/servers.py, tests/unit/test_x.py ...)."""
     wanted = {f.removesuffix(".py").replace("/", ".") for f in test_files}
     out = set()
     for path in ROOT.glob(f"{UNIT}/**/*.py"):
@@ -337,7 +337,7 @@ def refresh_stats(changed: set[str] | None) -> str:
     mutmut re-collects only tests it has never seen; a changed test file or source module would leave
     its map stale (a test that now calls f would not be run against f's mutants). Dropped from the map:
     the tests of a changed unit test file and of the unit test files that import a changed test file
-    (tests/fakedata.py, another test module), and every test that reached a changed source module.
+    (tests/servers.py, another test module), and every test that reached a changed source module.
     Without a record of the files the map was made from (`changed` None), the whole map goes (a full, slower
     collection).
     """

@@ -185,7 +185,7 @@ def test_a_kill_is_logged_for_its_function_and_orders_its_next_mutants(tmp_path,
 def test_the_clean_run_is_left_out_only_when_nothing_but_unit_test_code_changed():
     assert mu.clean_run_needed(None, full_collection=True) is None  # the stats run ran every test
     assert mu.clean_run_needed(set(), full_collection=False) is None
-    assert mu.clean_run_needed({"tests/unit/test_x.py", "tests/fakedata.py"}, full_collection=False) is None
+    assert mu.clean_run_needed({"tests/unit/test_x.py", "tests/servers.py"}, full_collection=False) is None
     assert "no record" in mu.clean_run_needed(None, full_collection=False)
     for changed in ({"ssat/losses.py"}, {"README.md", "tests/unit/test_x.py"}, {"tests/MUTATION.md"},
                     {"sweeps/specs/mnist5k-demo.yaml"}):
