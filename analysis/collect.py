@@ -31,9 +31,8 @@ from typing import Iterable
 import pandas as pd
 
 from .legacy import current_param_names
+from .record import FINAL_PREFIXES, HISTORY_PREFIXES, with_pg_driver
 
-HISTORY_PREFIXES = ("train/", "val/", "sched/", "adv/", "perf/")
-FINAL_PREFIXES = ("test/", "time/")
 _MISSING_TEXT = {"None", "none", "null", "NaN", "nan", ""}
 _INT_TEXT = re.compile(r"^-?\d+$")
 # Tags that are display text, never typed: a schedule's short label is "none", a label may read "1.0".
@@ -167,10 +166,11 @@ def resolve_tracking_uri(tracking_uri: str | None) -> str:
     or ``./mlruns`` when that holds runs). The one place analysis resolves it.
 
     A local store that does not exist is an error naming it: MLflow's client would create it (an empty
-    ``./mlflow.db`` wherever a command was run without --tracking-uri), and analysis only reads."""
+    ``./mlflow.db`` wherever a command was run without --tracking-uri), and analysis only reads. A PostgreSQL
+    store is read through the driver the project pins (record.with_pg_driver), as the sweep wrote it."""
     import mlflow  # imported here: the tables work on frames without MLflow
 
-    uri = tracking_uri or mlflow.get_tracking_uri()
+    uri = with_pg_driver(tracking_uri or mlflow.get_tracking_uri())
     path = local_store_path(uri)
     if path is not None and not path.exists():
         how = ("given" if tracking_uri else "from $MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI")

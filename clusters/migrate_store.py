@@ -28,12 +28,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from analysis.record import with_pg_driver
+
 BATCH = 5000
-
-
-def with_pg_driver(uri: str) -> str:
-    """`postgresql://` through psycopg2, the driver the project pins (SQLAlchemy 2.1 would load psycopg 3)."""
-    return "postgresql+psycopg2://" + uri[len("postgresql://"):] if uri.startswith("postgresql://") else uri
 
 
 def _masked(uri: str) -> str:

@@ -43,7 +43,7 @@ def storage_url(sweep_dir: Path, given: str | None = None) -> str:
     """The study's storage: `given` (an RDB URL such as the cluster's PostgreSQL, its own database: MLflow's tables
     share names with Optuna's), else SQLite in the sweep's folder."""
     if given:
-        from .tracking import with_pg_driver
+        from analysis.record import with_pg_driver
 
         return with_pg_driver(given)
     return f"sqlite:///{Path(sweep_dir).resolve() / STUDY_FILE}"

@@ -29,7 +29,8 @@ from typing import Any
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-EPOCH_PREFIXES = ("train/", "val/", "adv/", "sched/", "perf/")
+from analysis.record import FINAL_PREFIXES, HISTORY_PREFIXES, with_pg_driver
+
 RETRY_AFTER_S = 15.0
 # The experiment's kind as MLflow records it (model development, not GenAI). MLflow 3.17.2's UI does not read it
 # yet: the view comes from `?workflowType=` in the URL (else the browser's last choice, else GenAI), so the
@@ -139,12 +140,6 @@ def uri_source(uri: str | None) -> str:
     if uri:
         return "--tracking-uri"
     return "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "the default store (--workdir)"
-
-
-def with_pg_driver(uri: str) -> str:
-    """A PostgreSQL store through psycopg2, the driver the project pins: for a bare `postgresql://` SQLAlchemy 2.1
-    loads psycopg 3, which is not installed."""
-    return "postgresql+psycopg2://" + uri[len("postgresql://"):] if uri.startswith("postgresql://") else uri
 
 
 def check_reachable(uri: str, timeout: float = 10.0, source: str | None = None) -> None:
@@ -470,11 +465,11 @@ class Tracker:
 
 
 def epoch_metrics(result: dict) -> dict:
-    return {k: v for k, v in result.items() if k.startswith(EPOCH_PREFIXES) and isinstance(v, (int, float))
+    return {k: v for k, v in result.items() if k.startswith(HISTORY_PREFIXES) and isinstance(v, (int, float))
             and not isinstance(v, bool)}
 
 
 def final_metrics(result: dict) -> tuple[dict, dict]:
-    metrics = {k: v for k, v in result.items() if k.startswith(("test/", "time/")) and isinstance(v, (int, float))}
+    metrics = {k: v for k, v in result.items() if k.startswith(FINAL_PREFIXES) and isinstance(v, (int, float))}
     tags = {k: v for k, v in result.items() if k.startswith("protocol/")}
     return metrics, tags

@@ -21,8 +21,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-# Per-epoch metrics every trial logs (docs/tracking.md), whatever the method.
-EPOCH_PREFIXES = ("train/", "val/", "adv/", "sched/", "perf/")
+from analysis.record import HISTORY_PREFIXES
+
 REQUIRED_EPOCH_METRICS = ("train/loss", "train/ce", "val/clean", "val/pgd10", "sched/eps_max", "sched/rho",
                           "sched/lr", "perf/epoch_seconds")
 CHECKPOINT_ARTIFACTS = ["checkpoints/best.pt", "checkpoints/best.pt.sha256", "checkpoints/last.pt",
@@ -128,7 +128,7 @@ def assert_trial_run(uri: str, run: dict, *, epochs: int, parent_id: str, teache
     assert params_of(run).get("optim.epochs") == str(epochs), (where, params_of(run).get("optim.epochs"))
 
     keys = metric_keys(run)
-    per_epoch = [k for k in keys if k.startswith(EPOCH_PREFIXES)]
+    per_epoch = [k for k in keys if k.startswith(HISTORY_PREFIXES)]
     missing = [k for k in REQUIRED_EPOCH_METRICS if k not in per_epoch]
     assert not missing, (where, "per-epoch metrics missing", missing, keys)
     for key in per_epoch:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from analysis.export import main as export_main
 from sweeps.tracking import Tracker, resolve_uri
 from tests.servers import free_port, require_postgres
 
@@ -78,6 +79,13 @@ def test_dumped_at_stop_and_restored_by_a_new_head(head):
     restored = pg(head, "start")
     assert "restored mlflow from" in restored.stderr
     assert read_runs(head["uri"]) == {"a": [1, 2, 3], "b": [1, 2, 3]}
+    # analysis reads the same store from the bare URI a user types (its own resolver adds the pinned driver)
+    bare = f"postgresql://mlflow@127.0.0.1:{head['port']}/mlflow"
+    out = head["state"] / "export"
+    assert export_main(["--experiment", "head-store", "--tracking-uri", bare, "--out", str(out)]) == 0
+    history = (out / "head-store.history.csv").read_text().splitlines()
+    assert history[0] == "run_id,key,step,value" and len(history) == 1 + 2 * 3
+    assert sorted(ln.split(",")[1:3] for ln in history[1:]) == [["val/pgd10", s] for s in "112233"]
     write_runs(head["uri"], ["c"])
     pg(head, "stop")
     second = json.loads(Path(f"{head['dump']}.json").read_text())

@@ -1,0 +1,18 @@
+"""The run record's shared names (docs/tracking.md), defined once for its writer (sweeps/tracking.py), its readers
+(analysis/collect.py, the slow tier's checks) and the store tools (clusters/migrate_store.py); no torch, no Ray,
+no pandas, so any of them imports it for nothing.
+
+    HISTORY_PREFIXES  a run's per-epoch metrics (logged at the epoch as step)
+    FINAL_PREFIXES    its final results (test protocol, AutoAttack, times), logged once at its last epoch
+    with_pg_driver    a PostgreSQL store's URI with the driver the project pins
+"""
+from __future__ import annotations
+
+HISTORY_PREFIXES = ("train/", "val/", "adv/", "sched/", "perf/")
+FINAL_PREFIXES = ("test/", "time/")
+
+
+def with_pg_driver(uri: str) -> str:
+    """A PostgreSQL store through psycopg2, the driver the project pins: for a bare `postgresql://` SQLAlchemy 2.1
+    loads psycopg 3, which is not installed. Any other URI is returned as it is."""
+    return "postgresql+psycopg2://" + uri[len("postgresql://"):] if uri.startswith("postgresql://") else uri
