@@ -34,7 +34,7 @@ def trial_rows(df_runs: pd.DataFrame) -> pd.DataFrame:
 def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
     """Object columns holding mixed Python types become text, which parquet can store."""
     out = df.copy()
-    for col in out.columns[out.dtypes == object]:
+    for col in out.columns[out.dtypes == object]:  # noqa: E721 (pandas compares each dtype, not types)
         kinds = {type(v) for v in out[col].dropna()}
         if len(kinds) > 1:
             out[col] = out[col].map(lambda v: None if v is None or v is pd.NA else str(v))

@@ -30,13 +30,12 @@ trials whatever their tag (``TableSpec.stages``), prepared by `search_runs`.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import pandas as pd
 
-from .run_labels import (STANDARD_ROW, LabelError, dataset_group, is_standard, is_teacher, method_label, num_text, param,
+from .run_labels import (STANDARD_ROW, dataset_group, is_teacher, method_label, num_text, param,
                          schedule_label, schedule_short, schedule_title, seed_of, value)
 
 

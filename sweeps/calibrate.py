@@ -32,11 +32,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ssat.config import Config, parse_overrides
 
 from .errors import UsageError
 from .paths import sweep_paths
+
+if TYPE_CHECKING:  # sweeps.costs imports torch: not at --help time
+    from .costs import Measurements
 
 # sweeps.costs' ROOT and RESULTS, said again: `python -m sweeps --help` builds this module's parser, and sweeps.costs
 # imports torch (its cost model is imported where a calibration runs)

@@ -36,7 +36,7 @@ from ssat.presets import preset
 
 from .errors import SpecError, check_keys
 from .spec_file import read_yaml
-from .spec_checks import (MAX_DESCRIPTION, MAX_SEEDS, MAX_TEXT, MAX_TRIALS, int_in, is_integer, is_number,
+from .spec_checks import (MAX_DESCRIPTION, MAX_SEEDS, MAX_TRIALS, int_in, is_integer, is_number,
                           spec_error, text_of, up_to)
 from .run_records import spec_meta
 

@@ -197,7 +197,7 @@ def test_curves_figure(curves_data, tmp_path):
     assert [ax.get_ylabel() for ax in fig.axes] == ["validation accuracy (%)", "loss", "eps_max", "lr"]
     assert statement(fig).endswith("per epoch; panels left out: sched/rho = 0.05 at every epoch")
     top = fig.axes[0].get_lines()
-    mean_clean = [l for l in top if l.get_label() == "none|int val/clean"][0].get_ydata()
+    mean_clean = [ln for ln in top if ln.get_label() == "none|int val/clean"][0].get_ydata()
     expected = [np.mean([50 + s + i for i in range(3)]) for s in range(1, 6)]
     assert np.allclose(mean_clean, expected)
     # The band is mean -+ std over the three seeds: values i, i+1, i+2 apart -> std 1.

@@ -16,7 +16,7 @@ from scipy import stats
 from analysis import collect
 from analysis import table_specs as specs
 from analysis.cells import MARKS, Options, TableError, _reads, build
-from analysis.tables import build_table, provenance, render_table, write_table
+from analysis.tables import build_table, render_table, write_table
 from analysis.tables import main as tables_main
 from tests.unit.test_analysis_cells import cell, frame, proto
 

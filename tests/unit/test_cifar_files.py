@@ -11,7 +11,7 @@ import struct
 import numpy as np
 import pytest
 
-from ssat import cifar_files, datasets
+from ssat import cifar_files
 from ssat.datasets import DataError, load_arrays, verify_published
 from ssat.synthetic import fake_arrays, write_cifar10, write_cifar100
 
