@@ -146,7 +146,8 @@ def _time_value(run: dict, col, opts: Options) -> tuple[float | None, str | None
         return None, "no time/total_hours or time/epochs metric", None
     # what it trained in (logged from its first result), else what it was configured to ("auto" compares with none)
     precision = param(run, "resolved.precision") or param(run, "system.precision")
-    reason = None if precision == opts.precision else f"training precision {precision!r}, table needs {opts.precision!r}"
+    reason = None if precision == opts.precision else (f"training precision {precision!r}, "
+                                                       f"table needs {opts.precision!r}")
     v = {"epochs": float(epochs), "hours": float(hours), "min_per_epoch": 60.0 * float(hours) / float(epochs)}
     return v[col.key], reason, None
 

@@ -248,7 +248,8 @@ def load_mlflow_runs(experiments: Iterable[str], tracking_uri: str | None = None
     client = _client(tracking_uri)
     records = []
     for name in experiments:
-        records += [followed(client, _mlflow_record(r, name)) for r in _search_all(client, _experiment_id(client, name))]
+        records += [followed(client, _mlflow_record(r, name))
+                    for r in _search_all(client, _experiment_id(client, name))]
     return runs_frame(records)
 
 

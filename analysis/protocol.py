@@ -92,7 +92,8 @@ def mismatch(record: dict | None, attack: str, dataset: str | None, checkpoint: 
 def _images_mismatch(record: dict, dataset: str | None, proto: Protocol) -> str | None:
     subset = record.get("subset")
     if subset != "full":
-        return None if proto.allow_subset else f"protocol subset={subset!r} (n={record.get('n')}), table needs the full test set"
+        return None if proto.allow_subset else (f"protocol subset={subset!r} (n={record.get('n')}), "
+                                                f"table needs the full test set")
     n = TEST_SET_SIZE.get(str(dataset or "").lower())
     if n is not None and record.get("n") != n:
         return f"protocol n={record.get('n')!r}, the full {dataset} test set has {n} images"

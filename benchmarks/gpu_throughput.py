@@ -6,8 +6,8 @@
 
 Every step here is Engine.step (ssat/engine.py) of a real Trainer (step_time.bench_trainer). `variants` times
 it on a fixed synthetic CIFAR batch in fp32, bf16 autocast, + channels_last, + torch.compile, + graph mode.
-(A real Trainer's epochs in the default mode: benchmarks/sweep_cost.py epoch.) `equivalence` trains two trainers from the same
-seed on the same batches, one in graph mode and one eager, and reports how far their weights and statistics
+(A real Trainer's epochs in the default mode: benchmarks/sweep_cost.py epoch.) `equivalence` trains two trainers from
+the same seed on the same batches, one in graph mode and one eager, and reports how far their weights and statistics
 drift apart. `pack` starts N processes that each train WRN-28-2 on the same GPU and sums their images/s over a
 common timed window. FLOPs per image per step = forward FLOPs x 32 (see benchmarks/step_time.py's count);
 utilisation is against the dense bf16 peak (H100/H200 SXM: 989 TFLOP/s). Fixed iteration counts; no timing
@@ -130,9 +130,9 @@ def cmd_pack(args) -> list[dict]:
     out = []
     for n in args.n:
         start_at = time.time() + args.startup
-        procs = [subprocess.Popen([sys.executable, __file__, "worker", "--model", args.model, "--batch", str(args.batch),
-                                   "--seconds", str(args.seconds), "--start-at", str(start_at), "--device", args.device,
-                                   "--precision", args.precision]
+        procs = [subprocess.Popen([sys.executable, __file__, "worker", "--model", args.model,
+                                   "--batch", str(args.batch), "--seconds", str(args.seconds),
+                                   "--start-at", str(start_at), "--device", args.device, "--precision", args.precision]
                                   + (["--memory-fraction", str(args.memory_fraction)] if args.memory_fraction else [])
                                   + (["--graph-mode"] if args.graph_mode else []),
                                   stdout=subprocess.PIPE, text=True) for _ in range(n)]

@@ -447,16 +447,18 @@ def report(r: dict) -> None:
     print(f"            driver {e['driver_cores']:.2f} cores ({e['driver_cpu_ms_per_result']:.2f} ms CPU per result), "
           f"server {e['server_cores']:.2f} cores, database {e['db_cores']:.2f} cores")
     if lat:
-        print(f"            result -> row in the store: p50 {lat['p50'] * 1000:.0f} ms, p95 {lat['p95'] * 1000:.0f} ms, "
-              f"max {lat['max'] * 1000:.0f} ms ({lat['n']} seen, {e['latency_unseen']} not)")
+        print(f"            result -> row in the store: p50 {lat['p50'] * 1000:.0f} ms, "
+              f"p95 {lat['p95'] * 1000:.0f} ms, max {lat['max'] * 1000:.0f} ms ({lat['n']} seen, "
+              f"{e['latency_unseen']} not)")
     print(f"  complete  {c['trials']} trials, {c['bytes'] / 1e6:.0f} MB of checkpoints in {c['wall_s']:.1f} s: "
           f"{c['MB_per_s']:.1f} MB/s")
     print(f"  driver    RSS {e['rss_mb_end']:.0f} MB ({r['driver_rss_mb_per_trial'] * 1000:.0f} kB per trial), "
           f"peak {r['driver_hwm_mb']:.0f} MB; tracker outages {r['tracker_outages']}, left queued "
           f"{r['tracker_left_queued']}")
     rb = r["readback"]
-    print(f"  read back {'complete' if rb['complete'] else 'INCOMPLETE'}: {rb['runs']} runs, {rb['metric_rows']} metric "
-          f"rows, {rb['checkpoints_listed']} checkpoint files" + ("" if rb["complete"] else f"; {rb['problems'][:3]}"),
+    print(f"  read back {'complete' if rb['complete'] else 'INCOMPLETE'}: {rb['runs']} runs, "
+          f"{rb['metric_rows']} metric rows, {rb['checkpoints_listed']} checkpoint files"
+          + ("" if rb["complete"] else f"; {rb['problems'][:3]}"),
           flush=True)
 
 

@@ -123,7 +123,8 @@ def migrate(source_uri: str, target_uri: str, log=print) -> dict[str, int]:
     """Copy the store at `source_uri` (SQLite) into `target_uri` (PostgreSQL); returns rows copied per table."""
     target_uri = with_pg_driver(target_uri)
     if sa.engine.make_url(target_uri).get_backend_name() != "postgresql":
-        raise SystemExit(f"the target must be a PostgreSQL URI (postgresql://USER@HOST:PORT/DB), not {_masked(target_uri)}")
+        raise SystemExit(f"the target must be a PostgreSQL URI (postgresql://USER@HOST:PORT/DB), "
+                         f"not {_masked(target_uri)}")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ssat-migrate-") as tmp:
         snap = snapshot_sqlite(source_uri, Path(tmp) / "snapshot.db")

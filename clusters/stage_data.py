@@ -2,7 +2,8 @@
 
     python clusters/stage_data.py manifest DIR        # once, where the data was prepared: writes DIR/MANIFEST.sha256
     python clusters/stage_data.py pull SRC DEST       # on every node: copy SRC (s3://..., gs://..., or a path) to DEST
-    python clusters/stage_data.py verify DIR          # on every node: DIR exists; if it has a manifest, every file matches
+    python clusters/stage_data.py verify DIR          # on every node: DIR exists; if it has a manifest,
+                                                        every file matches
 
 Copies go through pyarrow.fs (pinned in lock/requirements.lock), so object storage needs no extra CLI on the node
 and uses the instance's IAM role. A manifest turns a half-finished sync into a failed node setup instead of

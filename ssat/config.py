@@ -529,8 +529,9 @@ def validate(cfg: Config) -> None:
     _need(a.steps >= 1, f"attack.steps: {a.steps}; allowed: >= 1")
     _need(a.step_ratio > 0, f"attack.step_ratio: {a.step_ratio}; allowed: > 0")
     _need(a.step_size is None or a.step_size > 0, f"attack.step_size: {a.step_size}; allowed: > 0 or None")
-    _need(1 <= o.epochs <= MAX_EPOCHS, f"optim.epochs: {brief(o.epochs)}; allowed: 1..{MAX_EPOCHS:,} (a limit no real run "
-                                       "comes near)")
+    _need(1 <= o.epochs <= MAX_EPOCHS,
+          f"optim.epochs: {brief(o.epochs)}; allowed: 1..{MAX_EPOCHS:,} (a limit no real run "
+          "comes near)")
     _need(o.lr > 0, f"optim.lr: {o.lr}; allowed: > 0")
     _need(len(o.lr_milestones) == len(o.lr_factors), f"optim.lr_milestones {o.lr_milestones} and "
           f"optim.lr_factors {o.lr_factors}: allowed: lists of the same length")
@@ -597,7 +598,8 @@ def validate_teacher(t: "TeacherConfig") -> None:
     _need(t.lambda_u >= 0, f"teacher.lambda_u: {t.lambda_u}; allowed: >= 0")
     _need(t.ema is None or 0 < t.ema < 1, f"teacher.ema: {t.ema}; allowed: 0 < ema < 1 or None")
     _need(0 <= t.cutout <= 1, f"teacher.cutout: {t.cutout}; allowed: 0..1")
-    _need(0 <= t.randaugment_magnitude <= 30, f"teacher.randaugment_magnitude: {t.randaugment_magnitude}; allowed: 0..30")
+    _need(0 <= t.randaugment_magnitude <= 30,
+          f"teacher.randaugment_magnitude: {t.randaugment_magnitude}; allowed: 0..30")
     _need(-2**63 <= t.seed < 2**64, f"teacher.seed: {t.seed}; allowed: a 64-bit integer (torch's seed range)")
     _need(t.randaugment_ops >= 0, f"teacher.randaugment_ops: {t.randaugment_ops}; allowed: >= 0")
 
@@ -641,7 +643,8 @@ def scale_epochs(d: dict, epochs: int) -> dict:
     if len(set(scaled)) != len(scaled):
         fits = next((n for n in range(epochs + 1, max(old, epochs) + 1)
                      if len({scale_epoch(x, n, old, 1) for x in ms}) == len(ms)), None)
-        least = f"the smallest --epochs that keeps them apart is {fits}" if fits else "no smaller --epochs keeps them apart"
+        least = (f"the smallest --epochs that keeps them apart is {fits}" if fits
+                 else "no smaller --epochs keeps them apart")
         raise ConfigError(f"--epochs {epochs}: lr milestones {ms} of a {old}-epoch run collide after "
                           f"scaling ({scaled}); {least}, or set optim.lr_milestones explicitly")
     opt["lr_milestones"] = scaled

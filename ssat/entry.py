@@ -1,6 +1,6 @@
-"""How every command of the project (`python -m ssat.*`, `python -m sweeps`) ends: a person's mistake as one line `error: <message>` on stderr with exit
-code 2, Ctrl+C as `interrupted` with 130, a bug with its traceback. Imports nothing of the package, so any module
-(ssat.datasets too, which ssat.config imports) can wrap its command with it."""
+"""How every command of the project (`python -m ssat.*`, `python -m sweeps`) ends: a person's mistake as one line
+`error: <message>` on stderr with exit code 2, Ctrl+C as `interrupted` with 130, a bug with its traceback. Imports
+nothing of the package, so any module (ssat.datasets too, which ssat.config imports) can wrap its command with it."""
 from __future__ import annotations
 
 import argparse

@@ -248,7 +248,8 @@ def load_checkpoint_model(path: str | Path, device: str | torch.device = "cpu", 
     try:
         model.load_state_dict(ck["model"])
     except RuntimeError as exc:
-        raise ForeignFileError(f"{path}: weights do not fit model {cfg.model.name!r} ({str(exc).splitlines()[0]})") from None
+        raise ForeignFileError(f"{path}: weights do not fit model {cfg.model.name!r} "
+                               f"({str(exc).splitlines()[0]})") from None
     return model, cfg, ck
 
 
@@ -323,8 +324,9 @@ def first_test_images(cfg, n: int | None, device,
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m ssat.evaluate",  # pragma: no mutate
-                                 description="Evaluate a checkpoint with the protocol its run's trainer used (every "  # pragma: no mutate
-                                             "default is the checkpoint's config's); progress on stderr, the "  # pragma: no mutate
+                                 description="Evaluate a checkpoint with the protocol its run's "  # pragma: no mutate
+                                             "trainer used (every default is the checkpoint's "  # pragma: no mutate
+                                             "config's); progress on stderr, the "  # pragma: no mutate
                                              "accuracies as one JSON document on stdout.")  # pragma: no mutate
     ap.add_argument("checkpoint")
     ap.add_argument("--data-root", default=None)
@@ -332,12 +334,16 @@ def parser() -> argparse.ArgumentParser:
                     help="first N test images (default: eval.test_n, None meaning all)")  # pragma: no mutate
     ap.add_argument("--autoattack", action=argparse.BooleanOptionalAction, default=None,
                     help="default: as the trainer (eval.autoattack for this checkpoint and seed)")  # pragma: no mutate
-    ap.add_argument("--autoattack-n", type=positive_int, default=None, help="default: eval.autoattack_n")  # pragma: no mutate
-    ap.add_argument("--batch-size", type=positive_int, default=None, help="default: eval.batch_size")  # pragma: no mutate
+    # pragma: no mutate start
+    ap.add_argument("--autoattack-n", type=positive_int, default=None,
+                    help="default: eval.autoattack_n")
+    ap.add_argument("--batch-size", type=positive_int, default=None,
+                    help="default: eval.batch_size")
+    # pragma: no mutate end
     ap.add_argument("--device", default=None, help="default: system.device")  # pragma: no mutate
     ap.add_argument("--out", default=None, help="write the results as JSON here")  # pragma: no mutate
-    ap.add_argument("--unverified", action="store_true",
-                    help="load a checkpoint of your own that has no .sha256 sidecar (weights only; reported)")  # pragma: no mutate
+    ap.add_argument("--unverified", action="store_true",  # pragma: no mutate
+                    help="load a checkpoint of your own that has no .sha256 sidecar (weights only; reported)")
     return ap
 
 

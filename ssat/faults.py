@@ -13,9 +13,9 @@ SSAT_FAULT holds comma-separated specs `KIND@EPOCH[:STEP][/seed=N][/node=HOST]`:
                             before its last epoch (sweeps.trainable; a resume continues it)
 `/seed=N` restricts a fault to the run with that seed, `/node=HOST` to runs on the host named HOST.
 With SSAT_FAULT_ONCE_DIR set, each fault fires once per run: a marker file there (`<spec>-<run key>`, '/'
-and ':' replaced by '_', run key as `run_key` makes it) records it, so a retried trial goes on, and a test can wait for the marker. `nan`
-is the exception: a diverging configuration diverges every time it runs, so it fires every time (the marker
-still records that it did).
+and ':' replaced by '_', run key as `run_key` makes it) records it, so a retried trial goes on, and a test can wait for
+the marker. `nan` is the exception: a diverging configuration diverges every time it runs, so it fires every time (the
+marker still records that it did).
 Unset: no cost, no effect.
 """
 from __future__ import annotations

@@ -161,9 +161,10 @@ def parser() -> argparse.ArgumentParser:
     from .cli import add_config_args
 
     ap = argparse.ArgumentParser(prog="python -m ssat.teacher",  # pragma: no mutate
-                                 description="Train (or find in the cache) the FixMatch teacher of a split and store "  # pragma: no mutate
-                                             "its pseudo-labels: the logits of every unlabeled image, which the "  # pragma: no mutate
-                                             "student runs of that split read (Algorithm 1, lines 1-3).")  # pragma: no mutate
+                                 description="Train (or find in the cache) the FixMatch teacher "  # pragma: no mutate
+                                             "of a split and store its pseudo-labels: the logits "  # pragma: no mutate
+                                             "of every unlabeled image, which the student runs "  # pragma: no mutate
+                                             "of that split read (Algorithm 1, lines 1-3).")  # pragma: no mutate
     add_config_args(ap, "teacher.steps=500")
     ap.add_argument("--teacher-dir", default=None,
                     help="cache root (default $SSAT_TEACHER_DIR or ./runs/teachers)")  # pragma: no mutate

@@ -275,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # explicit: CLI clients fail on a token cluster otherwise; a cluster may set token
+    # explicit: CLI clients fail on a token cluster otherwise; a cluster may set token
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Tune's "... took 1.5 s, which may be a performance bottleneck" on a loaded machine: the progress lines say
     # how fast epochs go; its warnings of a driver stalled for half a minute still show

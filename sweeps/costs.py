@@ -183,9 +183,9 @@ class Measurements:
 # ---- what will run on a GPU ---------------------------------------------------------------------------
 def engine_mode(cfg) -> str:
     """The step engine a trial runs on a GPU: "graph+compile", "graph", "compile" or "eager" (+ "+fused" with fused
-    forwards: system.fused_forward auto or on, and a model without dropout), from cfg.system
-    alone (graph_mode "auto"/"on"/"off", the config having read a bool as on/off; compile "auto", "off" or a torch.compile mode) by the step
-    engine's own rules (ssat/engine.py compile_mode and graph_plan): on CUDA auto compiles ("default") and auto
+    forwards: system.fused_forward auto or on, and a model without dropout), from cfg.system alone (graph_mode
+    "auto"/"on"/"off", the config having read a bool as on/off; compile "auto", "off" or a torch.compile mode) by the
+    step engine's own rules (ssat/engine.py compile_mode and graph_plan): on CUDA auto compiles ("default") and auto
     graph mode captures, for union and AWR methods alike, unless the compile mode captures CUDA graphs itself. A
     capture that fails at run time (the trainer then steps eagerly, with the reason) is not foreseen here."""
     from ssat.engine import compile_mode, graph_plan

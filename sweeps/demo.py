@@ -78,7 +78,8 @@ def _sweep(args, name: str) -> int:
 
     plan = gpu_plan(torch.cuda.device_count(), os.cpu_count() or 1, args.max_concurrent)
     where = (f"{torch.cuda.device_count()} GPU(s), {plan['gpu_share']:g} of one per trial, "
-             f"{plan['max_concurrent']} at once" if plan["gpu_share"] else f"CPU, {plan['max_concurrent']} trials at once")
+             f"{plan['max_concurrent']} at once" if plan["gpu_share"]
+             else f"CPU, {plan['max_concurrent']} trials at once")
     print(f"[demo] training on {where}")
     run = RunArgs(epochs=args.epochs, seeds=args.seeds, sets={**plan["sets"], **parse_overrides(args.set or [])},
                   cpu_only=plan["cpu_only"], gpu_share=plan["gpu_share"], max_concurrent=plan["max_concurrent"],

@@ -341,7 +341,8 @@ def pgd_rate(t_lo: float, t_hi: float, lo: int, hi: int, n: int) -> tuple[float,
     if t_hi > t_lo:
         per_iter = (t_hi - t_lo) / (hi - lo) / n
         return (max(t_lo / n - lo * per_iter, 0.0), per_iter,
-                f"PGD-{lo} and PGD-{hi} on {n} images; {{k}} iterations at the difference's rate + the rest of PGD-{lo}")
+                f"PGD-{lo} and PGD-{hi} on {n} images; {{k}} iterations at the difference's rate "
+                f"+ the rest of PGD-{lo}")
     return 0.0, t_hi / hi / n, (f"PGD-{hi} on {n} images, its time spread over its {hi} iterations (PGD-{lo} took "
                                 f"as long: no difference to time); {{k}} iterations at that rate, an upper bound")
 

@@ -210,7 +210,8 @@ class TrackingCallback(Callback):
                         shutil.copy2(Path(d) / name, keep / name)
             for name in ARTIFACTS:
                 if (keep / name).exists():
-                    self.tracker.log_artifact(key, keep / name, "checkpoints" if name.endswith(("pt", "sha256")) else None)
+                    self.tracker.log_artifact(key, keep / name,
+                                              "checkpoints" if name.endswith(("pt", "sha256")) else None)
         tags, status = _end_tags(last, meta)
         self.tracker.set_tags(key, tags)
         self.tracker.end(key, status)

@@ -13,10 +13,10 @@ runs, in miniature on MNIST-5k, in one command.
 Each part is a sweep of its own in one working folder and store, run with `--reuse` (sweeps.reuse): a trial of
 the same config hash and seed as a finished one (SSAT-MBI's defaults are five parts' rows) is trained once, and
 the teachers are made once (one split, one teacher cache). Then AutoAttack on the first 50 test images of every
-trial of seeds 0 and 1 (sweeps.subset_autoattack; --autoattack-images, --autoattack-seeds), and the report: every table (md, tex, csv, provenance),
-figure (PNG), convergence verdict and claim under outputs/paper/, with index.md in the paper's order
-(analysis.paper_report). A part finished before is not run again; a cut one resumes; Ctrl+C stops the command, and
-running it again goes on. The time each part took is kept in runs/paper/timings.json for the index.
+trial of seeds 0 and 1 (sweeps.subset_autoattack; --autoattack-images, --autoattack-seeds), and the report: every table
+(md, tex, csv, provenance), figure (PNG), convergence verdict and claim under outputs/paper/, with index.md in the
+paper's order (analysis.paper_report). A part finished before is not run again; a cut one resumes; Ctrl+C stops the
+command, and running it again goes on. The time each part took is kept in runs/paper/timings.json for the index.
 """
 from __future__ import annotations
 
@@ -95,7 +95,8 @@ def machine() -> str:
         platform.processor()
     import os
 
-    return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
 
 
 def _timings(workdir: Path) -> tuple[Path, dict]:
@@ -200,6 +201,7 @@ def _report_part(p: PaperPart, work: dict, names: dict, states: dict, timings: d
     spec = work[source]["spec"]
     reused = sum(len(r) for r in state.reused.values())
     return Part(name=p.name, title=p.title, experiments=[names[source]], tables=list(p.tables),
-                figures=list(p.figures), stages=p.stages, setup=setup_text(attacked(spec.trials()[0].config, *autoattack)),
+                figures=list(p.figures), stages=p.stages,
+                setup=setup_text(attacked(spec.trials()[0].config, *autoattack)),
                 wall_seconds=None if p.reads else timings.get(p.name, {}).get("wall_s"),
                 trained=0 if p.reads else work[source]["trials"] - reused, reused=0 if p.reads else reused)

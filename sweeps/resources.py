@@ -19,7 +19,8 @@ def autoscaler_gpu_types() -> list[str]:
     if not path.exists():
         return []
     cfg = yaml.safe_load(path.read_text()) or {}
-    return [n for n, t in (cfg.get("available_node_types") or {}).items() if (t.get("resources") or {}).get("GPU", 0) > 0]
+    return [n for n, t in (cfg.get("available_node_types") or {}).items()
+            if (t.get("resources") or {}).get("GPU", 0) > 0]
 
 
 def check_gpu(spec: Spec, gpus_now: float | None = None) -> None:

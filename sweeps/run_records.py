@@ -90,9 +90,10 @@ def labels(cfg: Config) -> dict[str, str]:
 
 # The settings every trial run carries as parameters, under the dotted names a spec and `--set` use
 # (docs/tracking.md), attack.eps resolved: what analysis reads.
-TRACKED_PARAMS = ("method.name", "attack.schedule", "attack.t", "attack.gamma", "method.rho0", "method.rho_double_epoch",
-                  "method.beta", "method.tau", "method.K", "method.lam", "method.interpolate", "seed", "data.split_seed",
-                  "data.dataset", "model.name", "system.precision", "optim.epochs", "optim.swa_start")
+TRACKED_PARAMS = ("method.name", "attack.schedule", "attack.t", "attack.gamma", "method.rho0",
+                  "method.rho_double_epoch", "method.beta", "method.tau", "method.K", "method.lam",
+                  "method.interpolate", "seed", "data.split_seed", "data.dataset", "model.name", "system.precision",
+                  "optim.epochs", "optim.swa_start")
 
 
 def tracked_params(cfg: Config) -> dict:

@@ -191,8 +191,8 @@ def parse_spec(raw: dict, path: str = "<spec>", *, epochs: int | None = None, se
 
 def _name(name: Any, path: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise spec_error(path, f"name: {brief(name)}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
-                         "and the MLflow experiment, so no '/' or '..')")
+        raise spec_error(path, f"name: {brief(name)}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names "
+                         "folders and the MLflow experiment, so no '/' or '..')")
     if ".." in name:
         raise spec_error(path, f"name: {brief(name)} contains '..'")
     return name
@@ -241,8 +241,8 @@ def _grid_rows(spec: Spec, grid: Any, rows: list[str] | None, epochs: Any, overr
     spec.grid = _pick_rows(_grid(grid, path), rows, path)
     n = len(spec.grid) * len(spec.seeds)
     if n > MAX_TRIALS:
-        raise spec_error(path, f"grid: {len(spec.grid):,} rows x {len(spec.seeds):,} seeds = {n:,} trials; allowed: at most "
-                         f"{MAX_TRIALS:,} (a limit no real sweep comes near: split it into several sweeps)")
+        raise spec_error(path, f"grid: {len(spec.grid):,} rows x {len(spec.seeds):,} seeds = {n:,} trials; allowed: "
+                         f"at most {MAX_TRIALS:,} (a limit no real sweep comes near: split it into several sweeps)")
     for i, row in enumerate(spec.grid):
         if row.get("preset") and row["preset"] not in spec.bases:
             spec.bases[row["preset"]] = _base(row["preset"], epochs, overrides, path, f"grid[{i}].preset")
@@ -355,8 +355,8 @@ def _product(prod: Any, path: str) -> list[dict]:
         raise spec_error(path, f"grid.product: {brief(prod)}; expected {{dotted.key: [values, ...]}}")
     n = math.prod(len(v) for v in prod.values())
     if n > MAX_TRIALS:  # before the rows are made
-        raise spec_error(path, f"grid.product: {n:,} combinations; allowed: at most {MAX_TRIALS:,} rows (a limit no real "
-                         "sweep comes near)")
+        raise spec_error(path, f"grid.product: {n:,} combinations; allowed: at most {MAX_TRIALS:,} rows (a limit no "
+                         "real sweep comes near)")
     keys = list(prod)
     rows = []
     for combo in itertools.product(*(prod[k] for k in keys)):

@@ -50,6 +50,6 @@ def text_of(value: Any, path: str, key: str, limit: int = MAX_TEXT) -> str:
     if not isinstance(value, str):
         raise spec_error(path, f"{key}: expected a string, got {brief(value)}")
     if len(value) > limit:
-        raise spec_error(path, f"{key}: {len(value):,} characters ({brief(value)}); allowed: at most {limit:,} (a limit no "
-                         "real sweep comes near)")
+        raise spec_error(path, f"{key}: {len(value):,} characters ({brief(value)}); allowed: at most {limit:,} (a "
+                         "limit no real sweep comes near)")
     return value

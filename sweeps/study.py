@@ -188,6 +188,7 @@ def link_mlflow_run(url: str, study: str, tune_trial_id: str, run_id: str) -> bo
 
 def study_attrs(spec, tracking_uri: str) -> dict:
     """What the study records of its sweep (see the module's doc)."""
-    return {"space": json.dumps(spec.search["space"]), "metric": spec.metric if spec.multi_objective else spec.metric[0],
+    return {"space": json.dumps(spec.search["space"]),
+            "metric": spec.metric if spec.multi_objective else spec.metric[0],
             "mode": spec.mode if spec.multi_objective else spec.mode[0], "sweep": spec.name,
             "tracking_uri": tracking_uri}

@@ -245,7 +245,8 @@ class Tracker:
                  spool: str | Path | None = None, log=print):
         self.uri, self.experiment, self.log = uri, experiment, log
         self.client = MlflowClient(uri)
-        self.artifact_root = Path(artifact_root).resolve().as_uri() if artifact_root and not uri.startswith("http") else None
+        self.artifact_root = (Path(artifact_root).resolve().as_uri() if artifact_root and not uri.startswith("http")
+                              else None)
         self.spool = Path(spool) if spool else None
         self.journal = (self.spool.with_name(f"{self.spool.stem}.{socket.gethostname()}.{os.getpid()}."
                                              f"{next(_JOURNALS)}.jsonl") if self.spool else None)

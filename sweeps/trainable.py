@@ -83,14 +83,16 @@ def repro_record(cfg: Config, trainer: Trainer, meta: dict) -> dict:
     ctx = tune.get_context()
     cuda = torch.cuda.is_available()
     return {
-        "git_commit": meta.get("git_commit"), "git_dirty": meta.get("git_dirty"), "lock_sha256": meta.get("lock_sha256"),
+        "git_commit": meta.get("git_commit"), "git_dirty": meta.get("git_dirty"),
+        "lock_sha256": meta.get("lock_sha256"),
         "torch": torch.__version__, "cuda": torch.version.cuda, "cuda_available": cuda,
         "driver": _driver_version() if cuda else None, "gpu": torch.cuda.get_device_name() if cuda else None,
         "gpu_share": meta.get("gpu", 0), "threads": torch.get_num_threads(), "split_hash": trainer.split.hash,
         **trainer.engine.status(), "cudnn_benchmark": cfg.system.cudnn_benchmark,
         "cuda_memory_fraction": memory_cap(cfg, meta) if cuda else None,
         "mps": os.environ.get("CUDA_MPS_PIPE_DIRECTORY") if cuda else None, "eval_tf32": cfg.eval.tf32,
-        "teacher_run_id": meta.get("teacher_run_id"), "teacher_split_hash": getattr(trainer.teacher, "split_hash", None),
+        "teacher_run_id": meta.get("teacher_run_id"),
+        "teacher_split_hash": getattr(trainer.teacher, "split_hash", None),
         # a user's data.pseudo_labels file without its .sha256 sidecar was loaded unverified: say so
         "teacher_verified": getattr(trainer.teacher, "verified", None),
         "dataset_checksums": dataset_checksums(cfg.data.dataset, cfg.data.root),
@@ -217,7 +219,8 @@ def train_trial(config: dict) -> None:
             if faults.active("end", m["epoch"]):
                 return  # as if Tune had completed the trial here (a test of resume continuing it)
     except TrainingDiverged as exc:
-        # Deterministic: a retry would diverge again. End the trial with its reason (its study trial FAILs: sweeps.study).
+        # Deterministic: a retry would diverge again. End the trial with its reason (its study trial FAILs:
+        # sweeps.study).
         log(f"stopped: {exc}")
         tune.report({"epoch": trainer.epoch + 1, "failed_reason": str(exc), "run_json": record["run_json"],
                      **{k: float("nan") for k in meta.get("metrics", [])}, **_recovery_keys(recovery)})

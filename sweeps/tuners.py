@@ -29,7 +29,8 @@ def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, pare
     # checkpoint: keep two, and save that state at least every second ("auto" let it lag by several epochs, and
     # a resume then asked for a checkpoint num_to_keep=1 had deleted).
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
-    return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir), callbacks=[cb, ProgressCallback(total, total_epochs)],
+    return tune.RunConfig(name=phase, storage_path=str(paths.tune_dir),
+                          callbacks=[cb, ProgressCallback(total, total_epochs)],
                           checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                           failure_config=tune.FailureConfig(max_failures=max_failures), verbose=0)
 
@@ -55,7 +56,8 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths, phase: str, uri: str, ext
     from ray import tune
 
     return tune.Tuner(_trainable(spec), param_space=grid_space(spec, trials, extra),
-                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
+                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent,
+                                                  reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(trials),
                                              sum(t.config.optim.epochs for t in trials)))
 
@@ -69,7 +71,8 @@ def continuation_tuner(spec: Spec, short: list[tuple[dict, str]], paths, phase: 
     if tune.Tuner.can_restore(str(paths.tune_dir / phase)):
         return tune.Tuner.restore(str(paths.tune_dir / phase), trainable=_trainable(spec), resume_errored=True)
     return tune.Tuner(_trainable(spec), param_space=continuation_space(short),
-                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
+                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent,
+                                                  reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(short),
                                              epochs_left))
 
@@ -107,8 +110,10 @@ def search_tuner(spec: Spec, paths, uri: str, extra: dict, max_failures: int, pa
     # spec's metric is checked against the trainer's metric names before anything starts (sweeps.metrics).
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     return tune.Tuner(_trainable(spec), param_space=param_space,
-                      tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=s["num_samples"],
-                                                  max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors()),
+                      tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
+                                                  num_samples=s["num_samples"],
+                                                  max_concurrent_trials=spec.max_concurrent,
+                                                  reuse_actors=_reuse_actors()),
                       run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id,
                                              s["num_samples"], s["num_samples"] * spec.base["optim"]["epochs"],
                                              study=(study_url, spec.name)))

@@ -139,7 +139,8 @@ class PostgresServer:
             subprocess.run(self._cmd("initdb", "-D", str(self.data), "-U", self.user, "--auth=trust", "-E", "UTF8",
                                      "--no-locale", "--no-sync"), check=True, capture_output=True, text=True)
         settings = {"listen_addresses": "127.0.0.1", "unix_socket_directories": "", **self.settings}
-        args = ["-D", str(self.data), "-p", str(self.port)] + [a for k, v in settings.items() for a in ("-c", f"{k}={v}")]
+        args = (["-D", str(self.data), "-p", str(self.port)]
+                + [a for k, v in settings.items() for a in ("-c", f"{k}={v}")])
         self.log = open(self.root / "postgres.log", "ab")
         self.proc = subprocess.Popen(self._cmd("postgres", *args), stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -158,7 +159,8 @@ class PostgresServer:
         import psycopg2
 
         try:
-            psycopg2.connect(host="127.0.0.1", port=self.port, user=self.user, dbname="postgres", connect_timeout=2).close()
+            psycopg2.connect(host="127.0.0.1", port=self.port, user=self.user, dbname="postgres",
+                             connect_timeout=2).close()
             return True
         except psycopg2.OperationalError:
             return False

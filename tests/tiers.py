@@ -1,6 +1,7 @@
-"""Run the test tiers in order and print each one's wall time: python -m tests.tiers [unit|integration|slow ...]
+"""Run the test tiers in order and print each one's wall time: python -m tests.tiers [lint|unit|integration|slow ...]
 
-A tier with no tests counts as passed (pytest's exit code 5); any other failure stops the run. In CI
+The lint tier is ruff (pinned in the lock, configured in pyproject.toml) over the whole repository. A tier with no
+tests counts as passed (pytest's exit code 5); any other failure stops the run. In CI
 (CI=true) the slow tier must skip nothing: a missing prerequisite there is a failure, not a skip.
 Budgets on 2 cores: unit 5 min, integration 15 min, slow 35 min (its SLURM tests: 11.9 min here, 15.8 to 19.2
 min with two other sessions busy).
@@ -11,12 +12,14 @@ import subprocess
 import sys
 import time
 
-TIERS = {"unit": ("tests/unit", 300), "integration": ("tests/integration", 900), "slow": ("tests/slow", 2100)}
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+TIERS = {"lint": ([sys.executable, "-m", "ruff", "check", "--no-cache", "."], 60),
+         "unit": ([*PYTEST, "tests/unit"], 300), "integration": ([*PYTEST, "tests/integration"], 900),
+         "slow": ([*PYTEST, "tests/slow"], 2100)}
 
 
 def run_tier(name: str) -> tuple[int, str]:
-    path, budget = TIERS[name]
-    cmd = [sys.executable, "-m", "pytest", path, "-q", "-rs", "-p", "no:cacheprovider"]
+    cmd, _ = TIERS[name]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = []
     for line in proc.stdout:

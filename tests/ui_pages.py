@@ -1,12 +1,12 @@
 """MLflow's UI on a small sweep's store, rendered by a real headless Chromium.
 
 `python -m tests.ui_pages [OUT_DIR]` (`make screenshots`) writes PNGs of the experiment page that the demo's
-link opens, of the compare view of two trials and of a search's link (docs/img by default); tests/integration/test_mlflow_ui.py
-checks the same pages' rendered DOM. The store is written through the project's own Tracker with the records a
-sweep writes (sweeps.run_records: the parent run, then one child run per trial with its tags and flat parameters,
-its last validation epoch and its final test metrics, as sweeps.mlflow_callback logs them), for a grid as large
-as the demo's Table 2 (7 rows x 2 seeds = 14 trials) whose rows differ only in beta (0.1 ... 0.7). No training:
-the numbers are made up (trial_metrics), in the units a trial reports (accuracy in percent).
+link opens, of the compare view of two trials and of a search's link (docs/img by default);
+tests/integration/test_mlflow_ui.py checks the same pages' rendered DOM. The store is written through the project's own
+Tracker with the records a sweep writes (sweeps.run_records: the parent run, then one child run per trial with its tags
+and flat parameters, its last validation epoch and its final test metrics, as sweeps.mlflow_callback logs them), for a
+grid as large as the demo's Table 2 (7 rows x 2 seeds = 14 trials) whose rows differ only in beta (0.1 ... 0.7). No
+training: the numbers are made up (trial_metrics), in the units a trial reports (accuracy in percent).
 
 MLflow 3.17's UI opens an experiment (`#/experiments/<id>`) on the GenAI overview or on the training runs by
 its GenAI / Model training switch, not by the `mlflow.experimentKind` tag: the switch comes from the URL's

@@ -341,7 +341,8 @@ def test_ray_results_folder_gives_the_same_table(logged, tmp_path):
     from_ray = load_ray_runs(folder)
     for fmt_ in ("md", "latex", "csv"):
         for opts in ({}, {"allow_subset": True, "compare_paper": True}):
-            assert render_table(from_ray, "ablation", fmt_, **opts) == render_table(from_mlflow, "ablation", fmt_, **opts)
+            assert (render_table(from_ray, "ablation", fmt_, **opts)
+                    == render_table(from_mlflow, "ablation", fmt_, **opts))
 
 
 def test_write_table_files(logged, tmp_path):

@@ -8,7 +8,8 @@ from sweeps.cli import main as sweeps_main
 
 pytestmark = pytest.mark.integration
 SMALL = ["data.n_unlabeled=100", "data.n_val=40", "eval.test_n=60", "eval.pgd_steps=[10,20]",
-         "eval.autoattack_n=8", "eval.autoattack_seeds=[0,1]", "teacher.steps=20", "teacher.eval_every=10", "system.threads=1"]
+         "eval.autoattack_n=8", "eval.autoattack_seeds=[0,1]", "teacher.steps=20", "teacher.eval_every=10",
+         "system.threads=1"]
 
 
 def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
@@ -42,7 +43,8 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     for row in ("const|off", "linear|on", "curious|on", "standard"):
         assert f"[convergence] {row}: " in out and f"| {row.replace('|', chr(92) + '|')} | " in conv
     assert "CPU-sized setup: model cnn-small; 2 epochs of SGD" in table
-    assert "first8" in table or "first8" in (tmp_path / "outputs" / "mnist5k-demo" / "ablation.provenance.json").read_text()
+    assert "first8" in table or "first8" in (tmp_path / "outputs" / "mnist5k-demo"
+                                             / "ablation.provenance.json").read_text()
     # run again: the finished sweep is found, nothing is retrained
     assert sweeps_main(["demo", "--workdir", str(tmp_path), "--epochs", "2", "--seeds", "0", "1", "--set", *SMALL]) == 0
     out = capsys.readouterr().out

@@ -47,7 +47,8 @@ def _interrupt_when(cond, timeout: float = 400) -> threading.Event:
 
 def _reported(workdir: Path, name: str, stage: str) -> bool:
     """Some trial of the stage reported an epoch (Tune's result files)."""
-    return any(f.stat().st_size > 0 for f in (workdir / "runs" / "sweeps" / name / "tune" / stage).glob("*/result.json"))
+    return any(f.stat().st_size > 0
+               for f in (workdir / "runs" / "sweeps" / name / "tune" / stage).glob("*/result.json"))
 
 
 def _runs(uri: str, name: str, kind: str):

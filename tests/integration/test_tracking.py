@@ -97,7 +97,8 @@ def test_unreachable_server_fails_fast(tmp_path, capsys):
     rc = sweeps_main(["run", str(spec), "--workdir", str(tmp_path), "--tracking-uri",
                       f"http://127.0.0.1:{free_port()}"])
     assert rc == 2 and time.monotonic() - t0 < 30
-    assert "error: --tracking-uri: MLflow tracking server at http://127.0.0.1:" in capsys.readouterr().err  # the option named
+    # the option named
+    assert "error: --tracking-uri: MLflow tracking server at http://127.0.0.1:" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()  # nothing started, nothing written
 
 

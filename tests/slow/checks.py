@@ -139,7 +139,8 @@ def assert_trial_run(uri: str, run: dict, *, epochs: int, parent_id: str, teache
 
     root = artifact_files(uri, run_id)
     assert {"checkpoints", "config.json", "trial.log"} <= set(root), (where, root)
-    assert artifact_files(uri, run_id, "checkpoints") == CHECKPOINT_ARTIFACTS, (where, artifact_files(uri, run_id, "checkpoints"))
+    assert artifact_files(uri, run_id, "checkpoints") == CHECKPOINT_ARTIFACTS, (
+        where, artifact_files(uri, run_id, "checkpoints"))
     for name in ("best.pt", "last.pt"):
         blob = artifact_bytes(uri, run_id, f"checkpoints/{name}")
         want = artifact_bytes(uri, run_id, f"checkpoints/{name}.sha256").decode().split()[0]

@@ -13,8 +13,8 @@ ssh login, /etc/passwd) are private copies; the network is a fresh loopback.
 ray-up:    sshd on 127.0.0.1:22 only (generated keys) -> `ray up -y` a rendering of clusters/local.yaml ->
            `ray job submit` the payload -> the check -> `ray down -y` -> leftovers killed by PID.
 two-nodes: MLflow server + Ray head (clusters/slurm/ray_node.sh, token auth, node address 127.0.1.1) in this
-           namespace; a Ray worker in nested PID/mount/UTS namespaces with its own host name, address (127.0.2.1), HOME, TMPDIR,
-           /tmp, /dev/shm and working folder, seeing only the shared storage (/srv) and the head's ports ->
+           namespace; a Ray worker in nested PID/mount/UTS namespaces with its own host name, address (127.0.2.1), HOME,
+           TMPDIR, /tmp, /dev/shm and working folder, seeing only the shared storage (/srv) and the head's ports ->
            `ray job submit` the payload -> the check -> nodes stopped -> leftovers killed by PID.
 node-faults: the two-node cluster; the sweep job runs with fault injection -> its trial on the worker pauses
            mid-epoch -> tracking server stopped, worker node killed (SIGKILL to its PID namespace) -> the trial

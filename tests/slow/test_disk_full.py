@@ -156,4 +156,5 @@ def test_a_full_disk_in_the_teacher_stage_stops_the_sweep_in_one_line(small_disk
     runs = client.search_runs([client.get_experiment_by_name(NAME).experiment_id], max_results=100)
     assert runs and not [r.data.tags.get("ssat.key") for r in runs if r.info.status == "RUNNING"]
     (parent,) = [r for r in runs if r.data.tags["ssat.kind"] == "sweep"]
-    assert parent.info.status == "KILLED" and "interrupted (disk full) in stage teacher" in parent.data.tags["ssat.status"]
+    assert (parent.info.status == "KILLED"
+            and "interrupted (disk full) in stage teacher" in parent.data.tags["ssat.status"])

@@ -24,8 +24,9 @@ def head(tmp_path, monkeypatch):
     local = Path(tempfile.mkdtemp(prefix="ssat-head-", dir="/tmp"))  # PostgreSQL's user must reach it (as root)
     local.chmod(0o755)
     port = free_port()
-    h = {"local": local, "data": local / "pgdata", "state": tmp_path / "state", "dump": tmp_path / "efs" / "mlflow.pgdump",
-         "port": port, "uri": resolve_uri(f"postgresql://mlflow@127.0.0.1:{port}/mlflow", tmp_path)}  # as the driver
+    h = {"local": local, "data": local / "pgdata", "state": tmp_path / "state",
+         "dump": tmp_path / "efs" / "mlflow.pgdump", "port": port,
+         "uri": resolve_uri(f"postgresql://mlflow@127.0.0.1:{port}/mlflow", tmp_path)}  # as the driver
     assert h["uri"].startswith("postgresql+psycopg2://")  # the pinned driver (SQLAlchemy 2.1 would want psycopg 3)
     monkeypatch.setenv("PGPASSFILE", str(h["state"] / "pgpass"))
     yield h

@@ -43,7 +43,8 @@ def store_contents(uri: str) -> dict:
                                    for m in c.get_metric_history(run.info.run_id, k)) for k in run.data.metrics}
             artifacts = sorted((f.path, f.is_dir, f.file_size) for f in c.list_artifacts(run.info.run_id))
             runs[run.info.run_id] = {"info": info, "params": run.data.params, "tags": run.data.tags,
-                                     "latest": {k: v if not math.isnan(v) else "nan" for k, v in run.data.metrics.items()},
+                                     "latest": {k: v if not math.isnan(v) else "nan"
+                                                for k, v in run.data.metrics.items()},
                                      "histories": histories, "artifacts": artifacts}
         out[exp.experiment_id] = {"name": exp.name, "artifact_location": exp.artifact_location,
                                   "lifecycle_stage": exp.lifecycle_stage, "tags": exp.tags,
@@ -83,7 +84,8 @@ def write_tracker_store(workdir: Path) -> str:
     c = MlflowClient(uri)
     rid = t.find_run("trial-0")
     c.log_batch(rid, metrics=[Metric("val/nan_once", float("nan"), 1_700_000_000_000, 1),
-                              Metric("val/twice", 1.0, 1_700_000_000_000, 3), Metric("val/twice", 2.0, 1_700_000_000_001, 3)])
+                              Metric("val/twice", 1.0, 1_700_000_000_000, 3),
+                              Metric("val/twice", 2.0, 1_700_000_000_001, 3)])
     gone = c.create_run(t.experiment_id, run_name="deleted")
     c.delete_run(gone.info.run_id)
     other = c.create_experiment("deleted-experiment")

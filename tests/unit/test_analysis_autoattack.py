@@ -27,7 +27,8 @@ def test_breakdown_per_run_and_the_square_drop(tmp_path, capsys):
     uri = _store(tmp_path)
     table = breakdown(load_mlflow_runs(["aa"], uri))
     assert list(table.run_name) == ["honest", "masked"]
-    assert table.set_index("run_name").loc["masked", ["apgd-ce", "square", "square_drop"]].tolist() == [70.0, 41.0, 27.0]
+    assert (table.set_index("run_name").loc["masked", ["apgd-ce", "square", "square_drop"]].tolist()
+            == [70.0, 41.0, 27.0])
     assert table.set_index("run_name").loc["honest", "square_drop"] == 0.0
     md = render(table)
     assert md.splitlines()[:2] == ["| run | row | seed | APGD-CE | APGD-T | FAB-T | Square | Square drop |",
@@ -40,7 +41,8 @@ def test_breakdown_per_run_and_the_square_drop(tmp_path, capsys):
     assert out.err.splitlines()[-1] == ("1 of 2 run(s): Square found adversarial examples the gradient attacks "
                                         "missed (gradient masking?)")  # after MLflow's own lines
     assert out.out.startswith("| run |")  # Markdown by default
-    assert main(["--experiment", "aa", "--tracking-uri", uri, "--format", "csv", "--out", str(tmp_path / "aa.csv")]) == 0
+    assert main(["--experiment", "aa", "--tracking-uri", uri, "--format", "csv", "--out",
+                 str(tmp_path / "aa.csv")]) == 0
     assert capsys.readouterr().out == ""  # written to --out, not printed
     assert (tmp_path / "aa.csv").read_text() == ("run_name,row,seed,apgd-ce,apgd-t,fab-t,square,square_drop\n"
                                                  "honest,honest,0,60.00,55.50,55.50,55.50,0.00\n"
@@ -96,4 +98,5 @@ def test_any_drop_at_square_is_flagged():
 
     row = {"run_name": "r", "row": "x", "seed": 0, "apgd-ce": 50.0, "apgd-t": 49.0, "fab-t": 49.0, "square": 48.5,
            "square_drop": 0.5}
-    assert render(pd.DataFrame([row])).splitlines()[-1] == "| r | x | 0 | 50.00 | 49.00 | 49.00 | 48.50 | 0.50 (masking?) |"
+    assert render(pd.DataFrame([row])).splitlines()[-1] == ("| r | x | 0 | 50.00 | 49.00 | 49.00 | 48.50 | "
+                                                             "0.50 (masking?) |")

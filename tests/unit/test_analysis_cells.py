@@ -69,8 +69,9 @@ def run(metrics, *, table="ablation", seed=0, method="ssat-mbi", schedule="curio
     eps = 0.3 if dataset.startswith("mnist") else EPS
     for attack, v in metrics.items():
         rec[f"metric.test/{ckpt}/{attack}"] = v
-        rec[f"protocol.{ckpt}/{attack}"] = (protocols or {}).get(attack, proto(attack, eps=eps, ckpt=ckpt,
-                                                                               n=10000 if dataset == "cifar10" else 1000))
+        rec[f"protocol.{ckpt}/{attack}"] = (protocols or {}).get(attack,
+                                                                 proto(attack, eps=eps, ckpt=ckpt,
+                                                                       n=10000 if dataset == "cifar10" else 1000))
     rec.update(extra or {})
     return rec
 
@@ -152,7 +153,8 @@ def test_main_bold_per_method_group_and_dataset_fixmatch_never_ranked():
         for ds in ("cifar10", "svhn"):
             recs += [run({"clean": v + (1 if ds == "svhn" and method == "rst" else 0) + i * 0.1}, table="main",
                          method=method, seed=i, dataset=ds, model="wrn-28-5" if ds == "cifar10" else "wrn-28-2",
-                         interpolate=method.startswith("ssat"), protocols={"clean": proto("clean", n={"cifar10": 10000, "svhn": 26032}[ds])})
+                         interpolate=method.startswith("ssat"),
+                         protocols={"clean": proto("clean", n={"cifar10": 10000, "svhn": 26032}[ds])})
                      for i in range(3)]
     res = build_table(frame(*recs), "main")
     bold = res.cells[res.cells["bold"]][["group", "row"]].apply(tuple, axis=1).tolist()
@@ -356,7 +358,8 @@ def test_training_time_cells_and_precision_filter():
     res = build_table(frame(*recs), "training-time")
     per_epoch = [60 * h / 100 for h in (4.8, 4.9, 5.0)]
     c = cell(res, "RST", "min_per_epoch")
-    assert c["mean"] == pytest.approx(statistics.mean(per_epoch)) and c["std"] == pytest.approx(statistics.stdev(per_epoch))
+    assert (c["mean"] == pytest.approx(statistics.mean(per_epoch))
+            and c["std"] == pytest.approx(statistics.stdev(per_epoch)))
     assert cell(res, "SSAT-MBI", "hours")["values"] == [5.1, 5.0]
     assert "bf16" in " ".join(res.excluded["reason"])
     md = render_table(frame(*recs), "training-time", "md")

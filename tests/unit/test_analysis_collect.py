@@ -11,9 +11,9 @@ from analysis.collect import SourceError, load_ray_history, load_ray_runs, runs_
 from analysis.collect import legacy_spec_params
 from analysis.legacy import LEGACY_PARAM_NAMES, current_param_names
 from analysis.export import export
+from analysis.run_labels import LabelError, schedule_label
 
 ROOT = Path(__file__).resolve().parents[2]
-from analysis.run_labels import LabelError, schedule_label
 
 
 def test_typed_turns_mlflow_strings_into_numbers_booleans_and_missing():
@@ -151,7 +151,8 @@ def test_a_folder_without_the_run_record_is_refused_and_a_trial_that_never_repor
 
 def _legacy(method="ssat-mbi", dataset="cifar10", **params):
     """A run recorded before issue 27 (the short parameter names), read under today's names first."""
-    rec = {"run_id": "r", "param.method": method, "param.dataset": dataset, **{f"param.{k}": v for k, v in params.items()}}
+    rec = {"run_id": "r", "param.method": method, "param.dataset": dataset,
+           **{f"param.{k}": v for k, v in params.items()}}
     return legacy_spec_params(current_param_names(rec))
 
 
@@ -218,7 +219,8 @@ def test_runs_recorded_before_issue_27_are_read_under_todays_parameter_names():
                              *(f"param.{n}" for n in OLD_TO_NEW.values())])  # no column under an old name
     trial_params = [c for c in params if c != "param.teacher.steps"]
     pd.testing.assert_series_equal(runs.loc["old", trial_params], runs.loc["new", trial_params], check_names=False)
-    assert (runs.loc["old", "param.method.name"], runs.loc["old", "param.method.lam"], runs.loc["old", "param.attack.t"],
+    assert (runs.loc["old", "param.method.name"], runs.loc["old", "param.method.lam"],
+            runs.loc["old", "param.attack.t"],
             runs.loc["old", "param.spec.t"]) == ("rst", 8.0, 6, 60)  # spec.t inferred from the renamed t and epochs
     assert runs.loc["old", "param.method.interpolate"] == False  # noqa: E712
     assert (runs.loc["teacher", "param.data.dataset"], runs.loc["teacher", "param.data.split_seed"],
@@ -275,7 +277,8 @@ def test_a_fresh_interpreter_without_a_store_creates_none(no_store):
     env = {k: v for k, v in __import__("os").environ.items()
            if k != "MLFLOW_TRACKING_URI" and (k, v) != ("MUTANT_UNDER_TEST", "stats")}
     out = subprocess.run([sys.executable, "-m", "analysis.tables", "--experiment", "x", "--table", "main"],
-                         cwd=no_store, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+                         cwd=no_store, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                         timeout=120)
     assert out.returncode == 2 and out.stderr.startswith(f"error: no MLflow store at '{no_store / 'mlflow.db'}'")
     assert list(no_store.iterdir()) == []
 
@@ -321,4 +324,5 @@ def test_the_export_command_writes_the_runs_and_their_mlflow_history(store, tmp_
     assert capsys.readouterr().out.split() == [str(out / "e.runs.csv"), str(out / "e.history.csv")]
     assert list(pd.read_csv(out / "e.runs.csv")["run_id"]) == [rid]
     hist = pd.read_csv(out / "e.history.csv")
-    assert hist.to_dict("list") == {"run_id": [rid, rid], "key": ["val/pgd10"] * 2, "step": [1, 2], "value": [50.0, 60.0]}
+    assert hist.to_dict("list") == {"run_id": [rid, rid], "key": ["val/pgd10"] * 2, "step": [1, 2],
+                                    "value": [50.0, 60.0]}

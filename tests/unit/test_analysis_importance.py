@@ -244,7 +244,8 @@ def two_objective_study(url: str) -> optuna.Study:
     dist = {"method.beta": optuna.distributions.FloatDistribution(0.0, 1.0)}
     for i in range(5):
         study.add_trial(optuna.trial.create_trial(params={"method.beta": i / 5}, distributions=dist,
-                                                  values=[50.0 + i, 10.0 - i], user_attrs={"epoch": 3, "name": f"b{i}"}))
+                                                  values=[50.0 + i, 10.0 - i],
+                                                  user_attrs={"epoch": 3, "name": f"b{i}"}))
     study.add_trial(optuna.trial.create_trial(params={"method.beta": 0.9}, distributions=dist, state=STATES.RUNNING,
                                               user_attrs={"name": "late"}))
     return study

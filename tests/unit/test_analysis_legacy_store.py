@@ -85,7 +85,8 @@ def raw_records(store) -> list[dict]:
 def recorded_today(rec: dict, method_label=None, schedule_tags=None) -> dict:
     """A record as today's code writes it: the dotted parameter names, and on a trial the label tags of its method and
     schedule (`method_label`, `schedule_tags`: what a registry entry would say instead)."""
-    out = {(f"param.{NEW_NAME[k[6:]]}" if k.startswith("param.") and k[6:] in NEW_NAME else k): v for k, v in rec.items()}
+    out = {(f"param.{NEW_NAME[k[6:]]}" if k.startswith("param.") and k[6:] in NEW_NAME else k): v
+           for k, v in rec.items()}
     if out.get("meta.kind") == "trial":
         method, schedule = out["param.method.name"], out["param.attack.schedule"]
         out["meta.method_label"] = method_label or METHOD_LABEL[method]
@@ -123,7 +124,8 @@ def test_the_tables_cli_prints_what_the_old_code_printed(store, capsys):
 
 
 # ---- (b) the same runs recorded as today's code records them --------------------------------------------------
-@pytest.mark.parametrize("name", ["ablation.md", "main.any-tag.md", "schedules.any-tag.tex", "rho-sensitivity.any-tag.md"])
+@pytest.mark.parametrize("name", ["ablation.md", "main.any-tag.md", "schedules.any-tag.tex",
+                                  "rho-sensitivity.any-tag.md"])
 def test_the_same_runs_recorded_today_print_the_same_tables(raw_records, name):
     today = runs_frame([recorded_today(r) for r in raw_records])
     assert "meta.method_label" in today and "param.method.lam" in today
@@ -199,7 +201,8 @@ def test_a_method_without_a_label_is_an_error_naming_the_run(raw_records):
         build_table(runs, "main", allow_subset=True, any_tag=True)
     text = str(err.value)
     assert "method 'toy-at' has no label" in text and "no ssat.method_label tag" in text
-    assert "Give its entry in ssat/methods.py a label" in text and "RST-seed" in text and "experiment 'before-issue27'" in text
+    assert ("Give its entry in ssat/methods.py a label" in text and "RST-seed" in text
+            and "experiment 'before-issue27'" in text)
     assert "ssat-mbi, rst, uat++, trades, srst-awr, ssat-mbi-awr" in text  # the methods the legacy map knows
     build_table(runs, "ablation", allow_subset=True)  # a table that does not show the method is not hindered
 
@@ -209,7 +212,8 @@ def test_a_method_without_a_label_is_an_error_naming_the_run(raw_records):
 def test_a_schedule_without_labels_is_an_error_in_every_table_that_shows_it(raw_records, table, options):
     runs = runs_frame([unlabelled(r, schedule="cosine") for r in raw_records])
     with pytest.raises(LabelError, match=r"run 'linear\|on-seed[01]' \(experiment 'before-issue27', id [0-9a-f]+\): "
-                                         r"schedule 'cosine' has no label: .*ssat\.schedule_.* tag.*ssat/schedules\.py"):
+                                         r"schedule 'cosine' has no label: .*ssat\.schedule_.* tag"
+                                         r".*ssat/schedules\.py"):
         build_table(runs, table, allow_subset=True, **options)
 
 

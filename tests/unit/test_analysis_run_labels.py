@@ -17,8 +17,8 @@ def test_the_paper_t_a_shorter_run_was_scaled_from(t, epochs, paper, want):
 
 def _run(t, epochs, method="ssat-mbi", schedule="linear", gamma=None):
     row = {"linear": "Linear-{t}", "curious": "Curious-({gamma},{t})"}[schedule]
-    return {"param.method.name": method, "param.attack.schedule": schedule, "param.spec.t": t, "param.spec.epochs": epochs,
-            "param.attack.gamma": gamma, "meta.schedule_row": row}
+    return {"param.method.name": method, "param.attack.schedule": schedule, "param.spec.t": t,
+            "param.spec.epochs": epochs, "param.attack.gamma": gamma, "meta.schedule_row": row}
 
 
 def test_table_3_rows_of_a_70_epoch_spec_name_the_papers_t():

@@ -144,7 +144,8 @@ def test_a_few_curves_are_all_named_and_a_small_space_keeps_its_width(tmp_path):
     dist = {"method.beta": optuna.distributions.FloatDistribution(0.0, 1.0)}
     for i in range(3):
         study.add_trial(optuna.trial.create_trial(params={"method.beta": i / 3}, distributions=dist, value=5.0 - i,
-                                                  intermediate_values={1: 9.0, 2: 5.0 - i}, user_attrs={"name": f"b{i}"}))
+                                                  intermediate_values={1: 9.0, 2: 5.0 - i},
+                                                  user_attrs={"name": f"b{i}"}))
     few = sf.load_search("few", storage=url, study="few")
     with sf.drawing():
         legend = drawn("intermediate", few).legends[0]

@@ -205,8 +205,9 @@ def test_the_users_figures_come_first_and_a_missing_one_says_how_to_fill_it(tmp_
 
 def test_the_summary_has_a_line_per_figure_and_says_what_was_not_measured():
     items = cal.plan([load_spec(TINY)])
-    items[0].records = [{"bench": "trainer", "trainer_model": "m", "method": "rst", "mode": "graph", "precision": "bf16",
-                         "cifar10_epoch_s": 12.34, "steps_timed": 40, "step_ms": 30.0, "schedule_change_s": 0.5}]
+    items[0].records = [{"bench": "trainer", "trainer_model": "m", "method": "rst", "mode": "graph",
+                         "precision": "bf16", "cifar10_epoch_s": 12.34, "steps_timed": 40, "step_ms": 30.0,
+                         "schedule_change_s": 0.5}]
     items[1].error = "RuntimeError: boom"
     items[3].records = [{"bench": "teacher", "teacher_model": "m", "precision": "bf16", "steps_per_s": 50.0,
                          "steps": 40, "warmup": 20}]
@@ -235,7 +236,8 @@ def test_a_spec_with_a_gpu_share_given_on_the_command_line(tmp_path):
 def test_pgds_rate_from_two_timings_and_when_noise_swamps_the_difference():
     start, per_iter, how = measure.pgd_rate(3.0, 7.0, 2, 6, 100)  # 1 s an iteration on 100 images, 1 s the rest
     assert (start, per_iter) == (pytest.approx(0.01), pytest.approx(0.01))
-    assert how.format(k=20) == "PGD-2 and PGD-6 on 100 images; 20 iterations at the difference's rate + the rest of PGD-2"
+    assert how.format(k=20) == ("PGD-2 and PGD-6 on 100 images; 20 iterations at the difference's rate "
+                                "+ the rest of PGD-2")
     for t_hi in (3.0, 2.5):  # PGD-6 no slower than PGD-2 on a busy machine: no zero rate, no division by zero
         start, per_iter, how = measure.pgd_rate(3.0, t_hi, 2, 6, 100)
         assert (start, per_iter) == (0.0, pytest.approx(t_hi / 6 / 100)) and 1 / per_iter > 0

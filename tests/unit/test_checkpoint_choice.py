@@ -188,7 +188,8 @@ def test_a_continuation_keeps_each_trials_settings_and_names_its_checkpoint():
     legacy = {"meta": {"sweep": "s", "seed": 1}, "cfg": {"optim": {"epochs": 2}}}  # a shape saved before issue 27
     space = continuation_space([(old, "/t/a/checkpoint_000001"), (legacy, "")])
     assert space == {"trial": {"grid_search": [
-        {"meta": {"sweep": "s", "seed": 0, "continue_from": "/t/a/checkpoint_000001"}, "base": {"optim": {"epochs": 2}}},
+        {"meta": {"sweep": "s", "seed": 0, "continue_from": "/t/a/checkpoint_000001"},
+         "base": {"optim": {"epochs": 2}}},
         {"meta": {"sweep": "s", "seed": 1, "continue_from": ""}, "cfg": {"optim": {"epochs": 2}}}]}}
     assert old["trial"]["meta"] == {"sweep": "s", "seed": 0}  # the saved config is not changed in place
 

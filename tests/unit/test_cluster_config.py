@@ -125,7 +125,8 @@ def test_mlflow_on_all_interfaces_with_allowed_hosts_passes(tmp_path):
 
 def test_mlflow_allowing_any_host_fails(tmp_path):
     cfg = load(AWS)
-    cfg["head_start_ray_commands"][0] = "export RAY_AUTH_MODE=disabled; mlflow server --host 0.0.0.0 --allowed-hosts '*'"
+    cfg["head_start_ray_commands"][0] = ("export RAY_AUTH_MODE=disabled; mlflow server --host 0.0.0.0 "
+                                         "--allowed-hosts '*'")
     assert_caught(problems_of(cfg, tmp_path), "accepts any Host header")
 
 
@@ -408,7 +409,8 @@ def test_packing_rule_catches_trials_whose_cpus_do_not_fit():
     assert packing_problems({"cpu": 2, "gpu": 0.25}, nodes) == ["slurm: 4 trials per GPU x cpu 2 > its 4 CPUs per GPU"]
     assert packing_problems({"cpu": 1, "gpu": 0.25}, nodes) == []
     # 0.3 packs 3 trials (not 3.33): 7.5 CPUs fit the 8 of aws
-    assert packing_problems({"cpu": 2.5, "gpu": 0.3}, nodes) == ["slurm: 3 trials per GPU x cpu 2.5 > its 4 CPUs per GPU"]
+    assert (packing_problems({"cpu": 2.5, "gpu": 0.3}, nodes)
+            == ["slurm: 3 trials per GPU x cpu 2.5 > its 4 CPUs per GPU"])
     assert packing_problems({"cpu": 8, "gpu": 1}, nodes) == ["slurm: 1 trials per GPU x cpu 8 > its 4 CPUs per GPU"]
     assert packing_problems({"cpu": 64, "gpu": 0}, nodes) == []  # CPU trials: no GPU share to leave idle
 

@@ -91,7 +91,8 @@ def test_scale_epochs_rule_and_refusal():
         scale_epochs(preset("cifar10-ssat-mbi"), 3)
     # the refusal names the smallest --epochs above it that keeps the milestones apart (MNIST-5k: [6, 7, 9] of 10)
     for small in (2, 3):
-        with pytest.raises(ConfigError, match=rf"--epochs {small}: .*the smallest --epochs that keeps them apart is 4,"):
+        with pytest.raises(ConfigError,
+                           match=rf"--epochs {small}: .*the smallest --epochs that keeps them apart is 4,"):
             scale_epochs(preset("mnist5k-ssat-mbi"), small)
     assert scale_epochs(preset("mnist5k-ssat-mbi"), 4)["optim"]["lr_milestones"] == [2, 3, 4]
     with pytest.raises(ConfigError, match="no smaller --epochs keeps them apart"):  # milestones that collide as given
@@ -106,7 +107,8 @@ def test_scale_epochs_rule_and_refusal():
     # rounded up to the last epoch it would average nothing: kept one epoch before it (60 of 70 -> 1 of 2, not 2)
     two = scale_epochs({"optim": {"epochs": 70, "swa_start": 60, "lr_milestones": [49]}}, 2)["optim"]
     assert (two["swa_start"], two["lr_milestones"]) == (1, [1])
-    assert scale_epochs({"optim": {"epochs": 70, "swa_start": 60, "lr_milestones": [49]}}, 140)["optim"]["swa_start"] == 120
+    assert (scale_epochs({"optim": {"epochs": 70, "swa_start": 60, "lr_milestones": [49]}}, 140)["optim"]["swa_start"]
+            == 120)
 
 
 def test_overrides_keep_an_equals_sign_in_the_value_and_suggest_any_key():

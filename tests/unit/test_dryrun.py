@@ -159,7 +159,8 @@ def fake_results(folder: Path) -> list[dict]:
         *({**ev, "attack": a, "s_per_1000": v, "points": "robust"}
           for a, v in (("apgd-ce", 10.0), ("apgd-t", 20.0), ("fab-t", 5.0), ("square", 5.0))),
         {**ev, "attack": "clean", "s_per_1000": 0.05, "tf32": True},  # TF32: not how the trials evaluate
-        {"bench": "teacher", "teacher_model": "wrn-28-5", "precision": "bf16", "steps_per_s": 10.0, "compile": "default"},
+        {"bench": "teacher", "teacher_model": "wrn-28-5", "precision": "bf16", "steps_per_s": 10.0,
+         "compile": "default"},
         {"bench": "teacher", "teacher_model": "wrn-28-5", "precision": "bf16", "steps_per_s": 1.0},  # the old eager one
         {**pack, "packed_trials": 1, "mps": True, "total_images_per_s": 100.0, "finished": 1},
         {**pack, "packed_trials": 4, "mps": True, "total_images_per_s": 250.0, "finished": 4},

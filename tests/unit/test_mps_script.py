@@ -45,7 +45,7 @@ case "${1:-}" in
 esac
 [[ -p "$pipe/control" ]] || { echo "Cannot find MPS control daemon process" >&2; exit 1; }
 cat >"$pipe/control"
-"""
+"""  # noqa: E501
 
 FAKE_SMI = r"""#!/bin/bash
 echo "$*" >>"${FAKE_SMI_RECORD:?}"
@@ -266,7 +266,8 @@ def test_ray_node_runs_ray_under_mps_with_renumbered_gpus_then_stops_the_daemon(
     assert node.lines(node.mps_record) == [f"start pipe={folder}/pipe log={folder}/log cvd=2,3", "command quit"]
     ray = dict(line.split(" ", 1) for line in node.lines(node.ray_record))
     assert ray["cvd"] == "0,1" and ray["pipe"] == f"{folder}/pipe"
-    assert ray["args"].startswith("start --address 127.0.0.1:6379 --node-ip-address 127.0.0.1 --num-cpus 8 --num-gpus 2")
+    assert ray["args"].startswith("start --address 127.0.0.1:6379 --node-ip-address 127.0.0.1 --num-cpus 8 "
+                                  "--num-gpus 2")
     daemon = int(ray["daemon"])  # the daemon ran while Ray did, and is gone after
     node.pids.append(daemon)
     assert not alive(daemon)
@@ -337,7 +338,8 @@ def test_setup_node_starts_mps_for_every_login_shell_and_off_stops_it(node):
     assert login_shell_sees(node, "CUDA_MPS_PIPE_DIRECTORY") == "unset"
     assert login_shell_sees(node, "SSAT_MPS") == "off"
     # ... which the worker's start command (mps.sh start in a login shell) then honours
-    env = {"HOME": str(node.root / "home"), "PATH": f"{node.bin}:/usr/bin:/bin", "FAKE_MPS_RECORD": str(node.mps_record)}
+    env = {"HOME": str(node.root / "home"), "PATH": f"{node.bin}:/usr/bin:/bin",
+           "FAKE_MPS_RECORD": str(node.mps_record)}
     subprocess.run(["bash", "-l", "-c", f"bash {MPS} start"], env=env, check=True, capture_output=True)
     assert len([ln for ln in node.lines(node.mps_record) if ln.startswith("start")]) == 1
 

@@ -35,7 +35,8 @@ def test_the_modules_a_run_covers():
     assert mu.selected_modules([], every=True) == mu.all_modules()
     assert mu.selected_modules(["ssat.schedules", "./sweeps/spec.py"]) == ["ssat/schedules.py", "sweeps/spec.py"]
     sampled = mu.selected_modules([], sampled=True)
-    assert {"ssat/train.py", "ssat/teacher.py", "ssat/config.py", "ssat/datasets.py", "analysis/tables.py"} <= set(sampled)
+    assert {"ssat/train.py", "ssat/teacher.py", "ssat/config.py", "ssat/datasets.py",
+            "analysis/tables.py"} <= set(sampled)
     assert not set(sampled) & set(mu.TARGETS) and set(sampled) < set(mu.default_modules())
     for bad in ((["ssat/train.py"], False), ([], True)):
         with pytest.raises(SystemExit, match="--sampled"):

@@ -12,8 +12,8 @@ TOP = ("ssat", "sweeps", "analysis", "clusters", "benchmarks", "tests", "docs", 
 TOKEN = re.compile(rf"(?<![\w/.$-])((?:{'|'.join(TOP)})/[\w./*<>{{}}$-]*)")
 MODULE = re.compile(rf"python -m ((?:{'|'.join(TOP)})(?:\.\w+)*)")
 # made-up names the tests use on purpose (a path that must not exist, a file a test writes in tmp_path)
-MADE_UP = {"tests/unit/test_mutation_runner.py": {"analysis/a.py", "analysis/b.py", "tests/unit/a.py", "tests/unit/b.py",
-                                                  "tests/unit/test_x.py", "ssat/schedules.py.meta"},
+MADE_UP = {"tests/unit/test_mutation_runner.py": {"analysis/a.py", "analysis/b.py", "tests/unit/a.py",
+                                                  "tests/unit/b.py", "tests/unit/test_x.py", "ssat/schedules.py.meta"},
            "tests/mutation.py": {"tests/unit/test_x.py"},
            "tests/unit/test_cluster_config.py": {"clusters/gone.sh"}}
 

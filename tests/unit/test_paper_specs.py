@@ -57,7 +57,8 @@ def test_shipped_table7_data_matches_the_paper():
     for r in rows:
         lam, K, tau, beta, inner, sched, rho0, rho_double = TABLE7[(r["dataset"], r["method"])]
         assert (r["lambda"], r["K"], r["tau"], r["beta"], r["inner_loss"]) == (lam, K, tau, beta, inner)
-        assert (r["gamma"], r["t"]) == (sched or (None, None)) and (r["rho0"], r["rho_double_epoch"]) == (rho0, rho_double)
+        assert ((r["gamma"], r["t"]) == (sched or (None, None))
+                and (r["rho0"], r["rho_double_epoch"]) == (rho0, rho_double))
 
 
 def test_table1_spec_is_table7():

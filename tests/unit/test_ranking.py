@@ -173,12 +173,15 @@ def test_seeds_that_agree_exactly_have_no_spread_to_test():
 
 def test_three_configurations_test_the_winner_against_the_runner_up_only():
     out = StageOutcome("confirm", 6, [
-        trial("top1 x s10", rank=1, label="x", val__pgd10=60.0), trial("top1 x s11", rank=1, label="x", val__pgd10=61.0),
-        trial("top2 y s10", rank=2, label="y", val__pgd10=59.0), trial("top2 y s11", rank=2, label="y", val__pgd10=58.0),
+        trial("top1 x s10", rank=1, label="x", val__pgd10=60.0),
+        trial("top1 x s11", rank=1, label="x", val__pgd10=61.0),
+        trial("top2 y s10", rank=2, label="y", val__pgd10=59.0),
+        trial("top2 y s11", rank=2, label="y", val__pgd10=58.0),
         trial("top3 z s10", rank=3, label="z", val__pgd10=10.0)])
     p = welch_p([60.0, 61.0], [59.0, 58.0])
-    assert confirm_summary(out, spec())[-1] == (f"[winner] top1 x: val/pgd10 60.50 ± 0.71 over 2 seed(s), ahead of top2 "
-                                               f"by 2.00 points (Welch's t-test p = {p:.2g}: not significant at 0.05)")
+    assert confirm_summary(out, spec())[-1] == (f"[winner] top1 x: val/pgd10 60.50 ± 0.71 over 2 seed(s), "
+                                               f"ahead of top2 by 2.00 points (Welch's t-test p = {p:.2g}: "
+                                               f"not significant at 0.05)")
 
 
 def test_a_lone_configuration_or_a_runner_up_without_values_is_not_compared():

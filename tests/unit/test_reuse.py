@@ -29,8 +29,9 @@ def trained(client, tmp: Path, sweep: str, h: str = "h1", seed: int = 0, epochs_
             damage: str | None = None, code=CODE, tests=("clean", "pgd20")) -> str:
     """A trial run as a sweep leaves it: params, per-epoch loss, test metrics with protocol records, checkpoints."""
     exp = client.get_experiment_by_name(sweep) or client.get_experiment(client.create_experiment(sweep))
-    tags = {"ssat.kind": "trial", "ssat.key": f"{sweep}-{h}-s{seed}-grid", "ssat.config_hash": h, "ssat.seed": str(seed),
-            "ssat.sweep": sweep, "ssat.status": status, **{f"repro.{k}": str(v) for k, v in code.items()}}
+    tags = {"ssat.kind": "trial", "ssat.key": f"{sweep}-{h}-s{seed}-grid", "ssat.config_hash": h,
+            "ssat.seed": str(seed), "ssat.sweep": sweep, "ssat.status": status,
+            **{f"repro.{k}": str(v) for k, v in code.items()}}
     run = client.create_run(exp.experiment_id, run_name=f"a s{seed}", tags=tags)
     rid = run.info.run_id
     client.log_param(rid, "optim.epochs", 3)

@@ -23,7 +23,8 @@ from sweeps.trial_settings import resolve_trial
 
 # A 10-epoch Linear-6 row run with --epochs 5: it trains t=3 of 5 epochs
 SPEC = {"name": "unit", "preset": "mnist5k-ssat-mbi", "table": "schedules", "column_group": "mnist5k/cnn-small",
-        "seeds": [3], "expected_seeds": 2, "grid": [{"row": "lin", "set": {"attack.schedule": "linear", "attack.t": 6}}]}
+        "seeds": [3], "expected_seeds": 2,
+        "grid": [{"row": "lin", "set": {"attack.schedule": "linear", "attack.t": 6}}]}
 TRAINED = {"method.name": "ssat-mbi", "attack.schedule": "linear", "attack.t": 3, "attack.gamma": 1.25,
            "attack.eps": 0.3, "method.rho0": 0.05, "method.rho_double_epoch": None, "method.beta": 0.4,
            "method.tau": 2.0, "method.K": 3, "method.lam": 8.0, "method.interpolate": True, "seed": 3,
@@ -76,7 +77,8 @@ def test_a_trial_whose_meta_lacks_the_spec_entries_records_them_empty():
 
 def test_a_trial_records_the_swa_start_it_trained_with_after_epochs():
     """The curves mark where validation switches to averaged weights from this param (analysis.plots)."""
-    spec = parse_spec({**SPEC, "epochs": 70, "overrides": {"optim.swa_start": 60, "optim.lr_milestones": [49], "optim.lr_factors": [0.1]}},
+    spec = parse_spec({**SPEC, "epochs": 70, "overrides": {"optim.swa_start": 60, "optim.lr_milestones": [49],
+                                                           "optim.lr_factors": [0.1]}},
                       epochs=140)
     (t,) = spec.trials()
     meta = {"sweep": "unit", "stage": t.stage, "row": t.row, "seed": t.seed, **t.spec_meta}
@@ -85,14 +87,16 @@ def test_a_trial_records_the_swa_start_it_trained_with_after_epochs():
 
 
 def test_search_and_confirm_trials_record_sampled_values_at_the_length_they_run():
-    raw = {**{k: v for k, v in SPEC.items() if k != "grid"}, "search": {"space": {"method.beta": {"float": [0.0, 1.0]}}}}
+    raw = {**{k: v for k, v in SPEC.items() if k != "grid"},
+           "search": {"space": {"method.beta": {"float": [0.0, 1.0]}}}}
     spec = parse_spec(raw, epochs=5)
     meta = {"sweep": "unit", "stage": "search", "row": "", "seed": 3}
     cfg, m = resolve_trial({"meta": meta, "base": spec.base, "method.beta": 0.7})
     rec = m["record"]
     p, h = rec.params, cfg.config_hash()
     assert (p["method.beta"], p["seed"]) == (0.7, 3) and not any(k.startswith("sampled.") for k in p)  # once
-    assert (p["optim.epochs"], p["attack.t"], p["spec.epochs"], p["spec.t"]) == (5, 4, 5, 4)  # the preset's t=7 of 10, halved
+    # the preset's t=7 of 10, halved
+    assert (p["optim.epochs"], p["attack.t"], p["spec.epochs"], p["spec.t"]) == (5, 4, 5, 4)
     assert m["trial_key"] == f"unit-{h}-s3-search" and m["sampled"] == {"method.beta": 0.7}
     assert (rec.name, rec.tags["ssat.label"], rec.tags["ssat.sampled"]) == (f"beta=0.7 #{h[:4]} s3",
                                                                            f"beta=0.7 #{h[:4]}", '["method.beta"]')

@@ -102,8 +102,8 @@ def test_a_search_refuses_more_than_one_seed_from_the_option_and_from_the_spec()
 
 
 def test_set_on_a_sampled_key_is_refused_and_on_another_key_applied():
-    refused(search(), "--set method.beta=0.5: method.beta is sampled by the search (search.space.method.beta), so every "
-                      "trial would replace this value; remove it from the space to fix it, or drop --set",
+    refused(search(), "--set method.beta=0.5: method.beta is sampled by the search (search.space.method.beta), so "
+                      "every trial would replace this value; remove it from the space to fix it, or drop --set",
             sets={"method.beta": 0.5})
     refused(search(overrides={**SIX, "method.beta": 0.5}), "overrides.method.beta: 0.5: method.beta is also sampled by "
                                                            "the search (search.space.method.beta)")
@@ -168,8 +168,8 @@ def test_a_sampled_key_fixed_by_set_or_overrides_is_refused_pointing_at_the_spec
 
 def test_seeds_in_the_spec_are_refused_without_pointing_at_the_option():
     err = refused({**search(), "seeds": [0, 1]}, "seeds: [0, 1]")
-    assert err == ("<spec>: seeds: [0, 1]: a search trains each sampled configuration once, at one seed; give one seed. "
-                   "The confirm stage re-runs the best configurations with the seeds of search.confirm.seeds")
+    assert err == ("<spec>: seeds: [0, 1]: a search trains each sampled configuration once, at one seed; give one "
+                   "seed. The confirm stage re-runs the best configurations with the seeds of search.confirm.seeds")
 
 
 def test_early_stopping_wants_validation_every_epoch_and_a_finite_reduction_factor():

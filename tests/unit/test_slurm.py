@@ -78,8 +78,8 @@ def test_too_few_cpus_or_gpus_per_node_name_both_numbers():
                    "(SLURM_CPUS_PER_TASK=1): ask for at least 3 with `#SBATCH --cpus-per-task` in "
                    "clusters/slurm/ray_sweep.sbatch, or lower resources.cpu in the spec")
     assert gpu == ("resources.gpu = 0.25 per trial, but each node of this allocation gives Ray 0 GPU(s) "
-                   "(no GPU requested): ask for GPUs with `#SBATCH --gpus-per-task` in clusters/slurm/ray_sweep.sbatch, "
-                   "or add --cpu-only to train on CPUs")
+                   "(no GPU requested): ask for GPUs with `#SBATCH --gpus-per-task` in "
+                   "clusters/slurm/ray_sweep.sbatch, or add --cpu-only to train on CPUs")
 
 
 def test_custom_resources_never_fit_the_templates_nodes():

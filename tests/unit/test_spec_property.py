@@ -150,7 +150,8 @@ OPTIONAL = {
     "table": VALUES, "column_group": VALUES, "expected_seeds": NUMS, "description": VALUES,
 }
 NESTED = st.dictionaries(st.one_of(st.sampled_from(SECTIONS + ["seed"]), typos(SECTIONS)),
-                         st.one_of(st.dictionaries(st.one_of(st.sampled_from(sorted({k.split(".")[-1] for k in DOTTED})),
+                         st.one_of(st.dictionaries(st.one_of(st.sampled_from(sorted({k.split(".")[-1]
+                                                                                     for k in DOTTED})),
                                                              st.text(max_size=5)), VALUES, max_size=2), VALUES),
                          max_size=2)
 

@@ -206,7 +206,8 @@ def test_spec_epochs_of_one():
 
 @pytest.mark.parametrize("epochs", [0, True, "ten"])
 def test_spec_epochs_must_be_a_positive_integer(epochs):
-    refused(grid(epochs=epochs), f"preset 'mnist5k-ssat-mbi': epochs: {epochs!r}; allowed: a positive integer up to 10,000")
+    refused(grid(epochs=epochs),
+            f"preset 'mnist5k-ssat-mbi': epochs: {epochs!r}; allowed: a positive integer up to 10,000")
 
 
 # ---- top-level fields -----------------------------------------------------------------------------------------
@@ -242,7 +243,8 @@ def test_bad_preset(pname, message):
 
 
 def test_unknown_preset_names_the_choices():
-    with pytest.raises(SpecError, match=r"^<spec>: preset: preset 'mnist5k-ssat' is unknown .*; valid: .*mnist5k-ssat-mbi"):
+    with pytest.raises(SpecError,
+                       match=r"^<spec>: preset: preset 'mnist5k-ssat' is unknown .*; valid: .*mnist5k-ssat-mbi"):
         parse_spec(grid(preset="mnist5k-ssat"))
 
 
@@ -250,7 +252,8 @@ def test_overrides_must_be_a_mapping_and_validate():
     refused(grid(overrides=["method.beta=1"]), "overrides: expected a mapping of dotted keys, got ['method.beta=1']")
     with pytest.raises(SpecError, match=r"^<spec>: preset 'mnist5k-ssat-mbi': method.beta: 3"):
         parse_spec(grid(overrides={"method.beta": 3}))
-    assert parse_spec(grid(overrides=None)).trials()[0].config.method.beta == parse_spec(GRID).trials()[0].config.method.beta
+    assert (parse_spec(grid(overrides=None)).trials()[0].config.method.beta
+            == parse_spec(GRID).trials()[0].config.method.beta)
 
 
 @pytest.mark.parametrize("seeds", [[], "0", 0, [0, True], [1.0], [None], {"a": 1}])
@@ -333,7 +336,8 @@ def test_bad_custom_resources(custom):
 
 def test_resources_must_be_a_mapping_of_known_keys():
     refused(grid(resources=[1]), "resources: expected a mapping like {cpu: 1, gpu: 0.25}, got [1]")
-    refused(grid(resources={"gpus": 1}), "unknown key 'resources.gpus'; did you mean 'gpu'? Valid keys: cpu, custom, gpu")
+    refused(grid(resources={"gpus": 1}),
+            "unknown key 'resources.gpus'; did you mean 'gpu'? Valid keys: cpu, custom, gpu")
 
 
 # ---- metric and mode ----------------------------------------------------------------------------------------------
@@ -423,7 +427,8 @@ def test_bad_rows():
 
 @pytest.mark.parametrize("pname", [3, 0, False, []])
 def test_a_rows_preset_must_be_a_name_even_when_falsy(pname):
-    refused(grid(grid=[{"row": "a", "preset": pname}]), f"grid[0].preset: {pname!r}; expected the name of an ssat preset")
+    refused(grid(grid=[{"row": "a", "preset": pname}]),
+            f"grid[0].preset: {pname!r}; expected the name of an ssat preset")
 
 
 def test_product_rows_and_labels():
@@ -745,7 +750,7 @@ def test_corner_configs_of_choices_with_false_and_zero_values():
                                      {"method.interpolate": True, "method.K": 3}]
 
 
-# ---- define_by_run on real Optuna trials ------------------------------------------------------------------------------
+# ---- define_by_run on real Optuna trials -----------------------------------------------------------------------------
 def _ask(space, fixed=None):
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     if fixed:
@@ -834,7 +839,8 @@ def test_epochs_past_the_limit_are_refused():
     from ssat.config import MAX_EPOCHS
 
     assert parse_spec(GRID, epochs=MAX_EPOCHS).rescale == MAX_EPOCHS
-    refused(GRID, f"--epochs: {MAX_EPOCHS + 1}; allowed: a positive integer up to {MAX_EPOCHS:,}", epochs=MAX_EPOCHS + 1)
+    refused(GRID, f"--epochs: {MAX_EPOCHS + 1}; allowed: a positive integer up to {MAX_EPOCHS:,}",
+            epochs=MAX_EPOCHS + 1)
 
 
 def test_a_space_key_and_a_choice_are_allowed_up_to_their_limits():

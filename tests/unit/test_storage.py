@@ -219,7 +219,8 @@ def test_the_teacher_cache_needs_its_sidecar_a_users_file_does_not(tmp_path):
 def test_a_user_teacher_files_provenance_must_be_a_dict(tmp_path):
     path = tmp_path / "mine.pt"
     torch.save(_teacher(provenance="from my laptop"), path)
-    with pytest.raises(PseudoLabelError, match=r"data\.pseudo_labels: .*mine\.pt: 'provenance' must be a dict, got str"):
+    with pytest.raises(PseudoLabelError,
+                       match=r"data\.pseudo_labels: .*mine\.pt: 'provenance' must be a dict, got str"):
         _load_teacher(path, user_file=True)
 
 
@@ -230,7 +231,8 @@ def test_teacher_outputs_round_trip_through_the_cache_file(tmp_path):
     out.save(tmp_path / "teacher.pt")
     back = _load_teacher(tmp_path / "teacher.pt")
     assert back.logits.dtype == torch.float32 and torch.equal(back.logits, out.logits.float())
-    assert (back.split_hash, back.model_name) == ("b" * 16, "cnn-small") and torch.equal(back.model_state["w"], state["w"])
+    assert ((back.split_hash, back.model_name) == ("b" * 16, "cnn-small")
+            and torch.equal(back.model_state["w"], state["w"]))
     assert back.provenance == {"torch": str(torch.__version__), "root": str(tmp_path), "acc": 91.5, "verified": True}
 
 
@@ -262,7 +264,8 @@ def test_a_users_probabilities_may_hold_zeros_and_become_finite_logits(tmp_path)
                          ids=["list", "1-D", "3-D"])
 def test_logits_must_be_a_2d_tensor(tmp_path, logits, got):
     torch.save({"logits": logits, "split_hash": "b" * 16}, tmp_path / "mine.pt")
-    with pytest.raises(PseudoLabelError, match=r"data\.pseudo_labels: .*mine\.pt: expected a 2-D tensor \(N, C\), " + got):
+    with pytest.raises(PseudoLabelError,
+                       match=r"data\.pseudo_labels: .*mine\.pt: expected a 2-D tensor \(N, C\), " + got):
         _load_teacher(tmp_path / "mine.pt", user_file=True)
 
 

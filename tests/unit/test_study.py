@@ -39,7 +39,8 @@ def test_the_study_lives_in_the_sweep_folder_unless_an_rdb_is_given(tmp_path):
     assert storage_url(tmp_path) == f"sqlite:///{tmp_path.resolve()}/optuna.db"
     assert storage_url(tmp_path, "postgresql://u:pw@h/optuna") == "postgresql+psycopg2://u:pw@h/optuna"
     assert redacted("postgresql+psycopg2://u:pw@h/optuna") == "postgresql+psycopg2://u:***@h/optuna"
-    assert dashboard_command("sqlite:///x/optuna.db") == "optuna-dashboard sqlite:///x/optuna.db --host 127.0.0.1 --port 8080"
+    assert (dashboard_command("sqlite:///x/optuna.db")
+            == "optuna-dashboard sqlite:///x/optuna.db --host 127.0.0.1 --port 8080")
 
 
 def test_trials_are_named_and_linked_and_report_each_validated_epoch(tmp_path):
@@ -144,7 +145,8 @@ def test_a_new_search_refuses_a_storage_that_holds_its_study_or_cannot_be_opened
     with pytest.raises(SweepError) as held:
         check_new_study(url, "unit")
     assert str(held.value) == (f"the Optuna storage {url} already holds a study named unit: give this sweep another "
-                               "--name, or delete that study first (optuna delete-study --study-name unit --storage URL)")
+                               "--name, or delete that study first "
+                               "(optuna delete-study --study-name unit --storage URL)")
     with pytest.raises(SweepError) as bad:
         check_new_study("postgresql+psycopg2://u:pw@127.0.0.1:1/x", "unit")
     assert str(bad.value).startswith("--optuna-storage postgresql+psycopg2://u:***@127.0.0.1:1/x: cannot be opened "
@@ -192,7 +194,8 @@ def test_a_storage_that_fails_says_its_first_line_cut_to_200_characters(monkeypa
     monkeypatch.setattr(optuna.study, "get_all_study_names", fail)
     with pytest.raises(SweepError) as err:
         check_new_study("postgresql+psycopg2://u@h/x", "unit")
-    assert str(err.value) == f"--optuna-storage postgresql+psycopg2://u@h/x: cannot be opened (RuntimeError: {'x' * 200})"
+    assert str(err.value) == (f"--optuna-storage postgresql+psycopg2://u@h/x: cannot be opened "
+                              f"(RuntimeError: {'x' * 200})")
 
 
 @pytest.mark.parametrize("given", [None, "FINISHED"])

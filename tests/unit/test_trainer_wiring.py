@@ -1,8 +1,8 @@
 """Which inputs and logits feed which loss term in the trainer's steps (a real Trainer on MNIST-5k).
 
-Each test runs the trainer's step terms (ssat/step.py's union_step / awr_step) on a fixed batch, then rebuilds the loss from the model's own
-train-mode forwards of the returned x, x_pgd and x_adv with the configured lam and beta, and the attack
-from the same seed and the model state it ran with. A step that feeds x_adv to the x_pgd term, ignores
+Each test runs the trainer's step terms (ssat/step.py's union_step / awr_step) on a fixed batch, then rebuilds the loss
+from the model's own train-mode forwards of the returned x, x_pgd and x_adv with the configured lam and beta, and the
+attack from the same seed and the model state it ran with. A step that feeds x_adv to the x_pgd term, ignores
 beta, attacks with the wrong step or in train mode gives other numbers.
 """
 import copy
