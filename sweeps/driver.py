@@ -419,13 +419,12 @@ def execute(spec: Spec, paths: Paths, state: SweepState, resume: bool = False, r
 
 def _open_sweep_run(spec: Spec, paths: Paths, state: SweepState, log: Log) -> Tracker:
     """The sweep's tracker and its parent run (made, or RUNNING again), with the spec as an artifact."""
-    tracker = Tracker(state.tracking_uri, spec.name, artifact_root=paths.workdir / "mlartifacts",
-                      spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
+    tracker = paths.tracker(state.tracking_uri, log)
     run = sweep_record(spec.name, spec.table, state.spec_path, spec.preset, state.code,
                        state.study_url and redacted(state.study_url))
     tracker.ensure_run(run.key, run.tags, run.params, name=run.name)
     tracker.reopen(run.key)
-    spec_file = paths.sweep_dir / "spec.json"
+    spec_file = paths.spec_file
     spec_file.write_text(json.dumps(state.source, indent=1))
     tracker.log_artifact(run.key, spec_file, None)
     tracker.drain()
@@ -436,7 +435,7 @@ def _teacher_stage(spec: Spec, paths: Paths, tracker: Tracker, log: Log) -> dict
     """The teachers, with the disk's reserve held (sweeps.disk): a disk that fills meanwhile stops the sweep as in
     a Tune stage (DiskFull), one line on the console and the rest in the sweep's log."""
     t0 = time.perf_counter()
-    with diverted(paths.sweep_dir / "sweep.log"), disk_guard(paths.workdir, paths.sweep_dir / "disk_reserve", log):
+    with diverted(paths.log_file), disk_guard(paths.workdir, paths.disk_reserve, log):
         runs = teacher_stage(spec.configs(), tracker, spec.name, paths.teacher_dir, log=log)
     log(f"[stage] teacher: {time.perf_counter() - t0:.1f} s")
     return runs
@@ -486,8 +485,8 @@ def _run_stage(stage: str, spec: Spec, paths: Paths, state: SweepState, tracker:
     if stage == "search":
         log(f"[search] Optuna study {spec.name} in {state.study_url}; follow it live: "
             f"{dashboard_command(state.study_url)}")
-    with interrupt.tune_stage(), diverted(paths.sweep_dir / "sweep.log") as sweep_log, \
-            DiskWatch(paths.workdir, paths.tune_dir / stage, paths.sweep_dir / "disk_reserve", spec.max_concurrent,
+    with interrupt.tune_stage(), diverted(paths.log_file) as sweep_log, \
+            DiskWatch(paths.workdir, paths.tune_dir / stage, paths.disk_reserve, spec.max_concurrent,
                       interrupt.request, log):
         tuner = restore_tuner(paths.tune_dir / stage, spec, rerun_failed) if resume else None
         if tuner is None and stage == "search":
@@ -708,8 +707,7 @@ def sync_sweep(name: str, *, workdir: str | Path = ".", timeout: float = 30.0, c
     paths = sweep_paths(workdir, name)
     state = SweepState.load(paths)
     with hold(paths.sweep_dir, command or f"python -m sweeps sync {name}", name=name, workdir=paths.workdir):
-        t = Tracker(state.tracking_uri, state.name, artifact_root=paths.workdir / "mlartifacts",
-                    spool=paths.sweep_dir / "tracking_spool.jsonl")
+        t = paths.tracker(state.tracking_uri)
         n = len(t.queue)
         ok = t.flush(timeout=timeout)
     print(f"sync {name}: {n} spooled operation(s); {'all sent' if ok else 'store still unreachable, kept'}")

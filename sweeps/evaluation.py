@@ -10,7 +10,6 @@ import time
 from ssat.config import Config
 
 from .errors import SweepError
-from .tracking import Tracker
 
 
 def _trials(runs, stage: str = "demo"):
@@ -62,8 +61,7 @@ def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
     row, mean = best_row(runs)
     trials = _trials(runs)[lambda t: t["meta.row"] == row]
     seeds = sorted(int(s) for s in trials["meta.seed"] if e.autoattack_seeds is None or int(s) in e.autoattack_seeds)
-    tracker = Tracker(uri, name, artifact_root=paths.workdir / "mlartifacts",
-                      spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)
+    tracker = paths.tracker(uri, log)
     t0 = time.perf_counter()
     log(f"[stage] autoattack: the best row {row} (test PGD-20 {mean:.2f}, mean over seeds), seed "
         f"{', '.join(map(str, seeds))}, {'/'.join(e.autoattack_checkpoints)} checkpoint, first "
@@ -73,10 +71,10 @@ def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
             if pd.notna(run.get(f"metric.test/{ckpt}/autoattack")):
                 log(f"  {run['run_name']}: {ckpt} checkpoint has AutoAttack already")
                 continue
-            metrics, tags = _autoattack(paths.sweep_dir / "artifacts" / run["meta.key"] / f"{ckpt}.pt", ckpt, cfg,
+            metrics, tags = _autoattack(paths.kept / run["meta.key"] / f"{ckpt}.pt", ckpt, cfg,
                                         log=lambda s, r=run: log(f"  {r['run_name']}: {s.strip()}"))
             tracker.log_final(run["meta.key"], metrics, tags, int(run["metric.time/epochs"]))
     if not tracker.flush(timeout=60):
         raise SweepError(f"the AutoAttack results of {row} could not be written to {uri}; they wait in "
-                         f"{paths.sweep_dir / 'tracking_spool.jsonl'}")
+                         f"{paths.spool}")
     log(f"[stage] autoattack: {time.perf_counter() - t0:.1f} s")

@@ -1,4 +1,5 @@
-"""Where a sweep lives on disk.
+"""Where a sweep lives on disk: the one module that spells a sweep folder's files (docs/architecture.md lists them
+with their writers), and builds the sweep's Tracker from them.
 
     <workdir>/runs/sweeps/<name>/sweep.json     the driver's state (sweeps.driver.SweepState)
     <workdir>/runs/sweeps/<name>/tune/<stage>   Ray Tune's experiment folders
@@ -33,6 +34,54 @@ class Paths:
     @property
     def state(self) -> Path:
         return self.sweep_dir / "sweep.json"
+
+    @property
+    def spool(self) -> Path:
+        """The tracking operations a store did not take yet (sweeps.tracking; `sync` replays them)."""
+        return self.sweep_dir / "tracking_spool.jsonl"
+
+    @property
+    def log_file(self) -> Path:
+        """What Ray and MLflow said (sweeps.sweep_log)."""
+        return self.sweep_dir / "sweep.log"
+
+    @property
+    def disk_reserve(self) -> Path:
+        """The ballast that keeps room for a stop (sweeps.disk)."""
+        return self.sweep_dir / "disk_reserve"
+
+    @property
+    def spec_file(self) -> Path:
+        """The spec as given, logged to the sweep's parent run."""
+        return self.sweep_dir / "spec.json"
+
+    @property
+    def configs(self) -> Path:
+        """Each trial's resolved config.json, in a folder named by its run key, logged to its run."""
+        return self.sweep_dir / "configs"
+
+    @property
+    def kept(self) -> Path:
+        """Each trial's checkpoints as logged to its run, in a folder named by its run key."""
+        return self.sweep_dir / "artifacts"
+
+    @property
+    def artifact_root(self) -> Path:
+        """The artifact store of a local tracking store: the work folder's, shared by its sweeps."""
+        return self.workdir / "mlartifacts"
+
+    def tracker(self, uri: str, log=print):
+        """The sweep's writer of `uri`: its experiment, the work folder's artifact root, its spool (a new Tracker
+        adopts a dead driver's journal and spool)."""
+        from .tracking import Tracker
+
+        return Tracker(uri, self.name, artifact_root=self.artifact_root, spool=self.spool, log=log)
+
+    @classmethod
+    def of(cls, sweep_dir: str | Path) -> "Paths":
+        """The Paths of a sweep folder (<workdir>/runs/sweeps/<name>)."""
+        sweep_dir = Path(sweep_dir)
+        return cls(sweep_dir.parents[2], sweep_dir.name)
 
     @property
     def stop_cause(self) -> Path:

@@ -143,7 +143,6 @@ def settle(name: str, workdir: str | Path, why: str, grace: float = 10.0, log=pr
     from .driver import SweepState, _end_left_running, resume_command
     from .paths import sweep_paths
     from .run_records import sweep_key
-    from .tracking import Tracker
 
     paths = sweep_paths(workdir, name)
     if not paths.state.exists():
@@ -160,8 +159,7 @@ def settle(name: str, workdir: str | Path, why: str, grace: float = 10.0, log=pr
         state = SweepState.load(paths)
         if state.status == "done":
             return 0
-        tracker = Tracker(state.tracking_uri, name, artifact_root=paths.workdir / "mlartifacts",
-                          spool=paths.sweep_dir / "tracking_spool.jsonl", log=log)  # adopts the driver's journal
+        tracker = paths.tracker(state.tracking_uri, log)  # adopts the driver's journal
         sent = tracker.flush(timeout=flush_s)  # what the driver left unsent goes first
         parent = sweep_key(name)
         if sent and tracker.find_run(parent) is not None:  # else the driver was stopped before it logged anything

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ssat.config import Config, from_dict
 
+from .paths import sweep_paths
 from .progress_callback import duration
 from .tracking import Tracker
 
@@ -119,7 +120,8 @@ def run_autoattack(uri: str, experiments: list[str], seeds: tuple[int, ...], ima
     for i, (t, metrics, tags, lines) in enumerate(_results(uri, todo, images, workers), 1):
         for s in lines:
             log(f"  {t.name}: {s.strip()}")
-        tracker = Tracker(uri, t.sweep, artifact_root=workdir / "mlartifacts", log=log)
+        # no spool: a result that cannot be written fails here, and the command run again makes it anew
+        tracker = Tracker(uri, t.sweep, artifact_root=sweep_paths(workdir, t.sweep).artifact_root, log=log)
         tracker.log_final(t.key, metrics, tags, t.step)
         if not tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60"))):
             raise RuntimeError(f"the AutoAttack result of {t.name} could not be written to {uri}")

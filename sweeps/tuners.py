@@ -24,7 +24,7 @@ def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, pare
     from .progress_callback import ProgressCallback
 
     cb = TrackingCallback(uri, spec.name, str(paths.sweep_dir), parent_run_id,
-                          artifact_root=str(paths.workdir / "mlartifacts"), study=study)
+                          artifact_root=str(paths.artifact_root), study=study)
     # A killed driver resumes from Tune's last saved experiment state, which may name a trial's previous
     # checkpoint: keep two, and save that state at least every second ("auto" let it lag by several epochs, and
     # a resume then asked for a checkpoint num_to_keep=1 had deleted).
