@@ -3,7 +3,7 @@ paper's Table 2 ablation in small form on a local Ray cluster (two trials at a t
 embedded MLflow store, then regenerate the ablation table (mean (std) over seeds) and its plot.
 
 AutoAttack runs once, after the trials, on the best row's seed 0 and the first 100 test images
-(`sweeps.evaluation`); those results are tagged `first100` and shown labelled as such, never as a paper cell.
+(`autoattack_best`); those results are tagged `first100` and shown labelled as such, never as a paper cell.
 
 On a machine with a CUDA GPU the same spec trains there (`gpu_plan`): GPU_SHARE of a GPU per trial under MPS where
 clusters/mps.sh can start it, the teacher on the GPU too, and eager kernels in captured CUDA graphs
@@ -23,11 +23,61 @@ from ssat.config import Config, parse_overrides
 from ssat.datasets import DATASET_INFO
 
 from .driver import RunArgs, SweepState, resume_sweep, run_sweep
-from .evaluation import autoattack_best
+from .errors import SweepError
 from .paths import sweep_paths
 from .tracking import Tracker, ui_url
 
 SPEC = Path(__file__).parent / "specs" / "mnist5k-demo.yaml"
+TRIALS = "tags.`ssat.kind` = 'trial' and tags.`ssat.stage` = '{stage}'"
+
+
+def best_row(runs: list, stage: str = "demo", metric: str = "test/best/pgd20") -> tuple[str, float]:
+    """The row with the highest mean `metric` over its seeds among `runs` (the MLflow runs of the stage's trials:
+    the table's best row by PGD-20) and that mean; a run without the result is left out of its row's mean, and of
+    rows with the same mean the first by name wins."""
+    values: dict[str, list[float]] = {}
+    for r in runs:
+        if metric in r.data.metrics:
+            values.setdefault(r.data.tags.get("ssat.row", ""), []).append(r.data.metrics[metric])
+    if not values:
+        raise SweepError(f"no trial of stage {stage!r} has {metric}: nothing to rank the rows by")
+    means = {row: sum(v) / len(v) for row, v in sorted(values.items())}
+    row = max(means, key=means.get)
+    return row, means[row]
+
+
+def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
+    """AutoAttack once, on the best row (by test PGD-20 mean over seeds) instead of in every trial: for its seeds
+    in eval.autoattack_seeds, their eval.autoattack_checkpoints, the first eval.autoattack_n test images, from the
+    checkpoints the sweep kept. The runs are read and written through the sweep's Tracker; the results join each
+    trial's run as its own final evaluation would have logged them (first write wins: a run that has them already
+    is skipped, so a rerun adds nothing)."""
+    from .subset_autoattack import autoattack_checkpoint
+
+    e = cfg.eval
+    tracker = paths.tracker(uri, log)
+    runs = tracker.client.search_runs([tracker.experiment_id], TRIALS.format(stage="demo"), max_results=5000)
+    row, mean = best_row(runs)
+    trials = sorted((r for r in runs if r.data.tags.get("ssat.row") == row and
+                     (e.autoattack_seeds is None or int(r.data.tags["ssat.seed"]) in e.autoattack_seeds)),
+                    key=lambda r: int(r.data.tags["ssat.seed"]))
+    t0 = time.perf_counter()
+    log(f"[stage] autoattack: the best row {row} (test PGD-20 {mean:.2f}, mean over seeds), seed "
+        f"{', '.join(r.data.tags['ssat.seed'] for r in trials)}, {'/'.join(e.autoattack_checkpoints)} checkpoint, "
+        f"first {e.autoattack_n or 'all'} test images")
+    for r in trials:
+        name_, key = r.info.run_name, r.data.tags["ssat.key"]
+        for ckpt in e.autoattack_checkpoints:
+            if f"test/{ckpt}/autoattack" in r.data.metrics:
+                log(f"  {name_}: {ckpt} checkpoint has AutoAttack already")
+                continue
+            metrics, tags = autoattack_checkpoint(paths.kept / key / f"{ckpt}.pt", ckpt, cfg,
+                                                  log=lambda s, n=name_: log(f"  {n}: {s.strip()}"))
+            tracker.log_final(key, metrics, tags, int(r.data.metrics["time/epochs"]))
+    if not tracker.flush(timeout=60):
+        raise SweepError(f"the AutoAttack results of {row} could not be written to {uri}; they wait in "
+                         f"{paths.spool}")
+    log(f"[stage] autoattack: {time.perf_counter() - t0:.1f} s")
 MPS = Path(__file__).resolve().parents[1] / "clusters" / "mps.sh"
 GPU_SHARE = 0.125  # 8 trials per GPU: the 14 trials in two rounds
 GPU_SETS = {"system.compile": "off"}  # hash-neutral: graph mode over eager kernels

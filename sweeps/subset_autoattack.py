@@ -1,5 +1,6 @@
 """AutoAttack after a sweep's trials, on the first N test images of chosen runs' best checkpoints, written into those
-runs as their own final evaluation would have logged it (protocol subset `first<N>`: never a paper cell).
+runs as their own final evaluation would have logged it (protocol subset `first<N>`: never a paper cell). The
+attack of one checkpoint (`autoattack_checkpoint`) is `ssat.evaluate`'s, shared with the demo's AutoAttack step.
 
 The runs are read through the tracking store (MlflowClient), a reference run (a reused trial, sweeps.reuse) as
 the run it names, and each checkpoint comes from the run's artifacts with its SHA-256 checked before it is loaded.
@@ -51,6 +52,27 @@ def targets(client, experiment: str, seeds: tuple[int, ...]) -> list[Target]:
     return out
 
 
+def autoattack_checkpoint(checkpoint_file, ckpt: str, cfg: Config, log,
+                          n_threads: int | None = None) -> tuple[dict, dict]:
+    """AutoAttack on one checkpoint's first eval.autoattack_n test images, on the CPU with `n_threads` torch threads
+    (None: every core): its flat metrics and protocol tags (`ssat.evaluate.flatten_results`)."""
+    import torch
+
+    from ssat.evaluate import evaluate_model, first_test_images, flatten_results, load_checkpoint_model
+    from ssat.runtime import threads
+
+    e = cfg.eval
+    model, ck_cfg, _ = load_checkpoint_model(checkpoint_file)
+    x, y, _ = first_test_images(ck_cfg, e.autoattack_n, torch.device("cpu"))
+    # channels_last as in training (1.8x for the CNN's attacks on a CPU); every core: the trials are done
+    model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    with threads(n_threads or os.cpu_count()):
+        res = evaluate_model(model, x, y, eps=ck_cfg.eps, checkpoint=ckpt, pgd_steps=(), autoattack=True,
+                             batch_size=e.batch_size, subset=f"first{len(x)}", fold_bn=ck_cfg.system.fold_bn,
+                             log=log)
+    return flatten_results({ckpt: {"autoattack": res["autoattack"]}})
+
+
 def _config(client, run_id: str, images: int, tmp: str) -> Config:
     """The run's resolved config (its config.json artifact) with AutoAttack on its first `images` test images."""
     import json
@@ -67,13 +89,11 @@ def attack(client, target: Target, images: int, log=print, n_threads: int | None
     `n_threads` torch threads (None: every core)."""
     import mlflow.artifacts
 
-    from .evaluation import _autoattack
-
     with tempfile.TemporaryDirectory(prefix="ssat-aa-") as tmp:
         cfg = _config(client, target.run_id, images, tmp)
         ckpt = Path(mlflow.artifacts.download_artifacts(run_id=target.run_id, artifact_path="checkpoints",
                                                         dst_path=tmp, tracking_uri=client.tracking_uri)) / "best.pt"
-        return _autoattack(ckpt, "best", cfg, log=log, n_threads=n_threads)
+        return autoattack_checkpoint(ckpt, "best", cfg, log=log, n_threads=n_threads)
 
 
 def _attack_in_worker(uri: str, target: Target, images: int, n_threads: int | None = 1) -> tuple[dict, dict, list[str]]:

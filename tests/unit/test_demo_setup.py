@@ -1,12 +1,11 @@
 """The demo's table states its CPU-sized choices in the caption: read from the config the trials ran, so a
 `--set` or `--epochs` shows up there (the caption itself: tests/unit/test_analysis_cells.py)."""
-import pandas as pd
+from types import SimpleNamespace
+
 import pytest
 
-from analysis.collect import runs_frame
-from sweeps.demo import SPEC, setup_text
+from sweeps.demo import SPEC, best_row, setup_text
 from sweeps.errors import SweepError
-from sweeps.evaluation import best_row
 from sweeps.spec import load_spec
 
 SHIPPED = ("CPU-sized setup: model cnn-small; 70 epochs of SGD (lr 0.05, x0.1 from epoch 49; batch 32), weights "
@@ -42,31 +41,43 @@ def test_the_caption_follows_the_config_that_ran():
     assert "batch 32); training PGD-3" in plain  # no SWA: nothing said
 
 
-def _runs(cells: dict) -> pd.DataFrame:
-    """{(row, seed): pgd20 or None} -> a runs frame of demo trials, plus a teacher and a search trial that must
-    not count."""
-    recs = [{"run_id": f"{row}-{seed}", "experiment": "demo", "source": "mlflow", "meta.kind": "trial",
-             "meta.stage": "demo", "meta.row": row, "meta.seed": seed, "metric.test/best/pgd20": v}
+def _runs(cells: dict) -> list:
+    """{(row, seed): pgd20 or None} -> the demo trials' runs as MLflow returns them (None: no result logged)."""
+    return [SimpleNamespace(data=SimpleNamespace(tags={"ssat.row": row, "ssat.seed": str(seed)},
+                                                 metrics={} if v is None else {"test/best/pgd20": v}))
             for (row, seed), v in cells.items()]
-    recs += [{"run_id": "t", "experiment": "demo", "source": "mlflow", "meta.kind": "teacher", "meta.stage": "demo",
-              "meta.row": "FixMatch", "meta.seed": 0, "metric.test/best/pgd20": 99.0},
-             {"run_id": "s", "experiment": "demo", "source": "mlflow", "meta.kind": "trial", "meta.stage": "search",
-              "meta.row": "other", "meta.seed": 0, "metric.test/best/pgd20": 98.0}]
-    return runs_frame(recs)
 
 
 def test_the_best_row_is_the_best_mean_over_seeds_not_the_best_single_run():
     # b has the best single run (80) but a mean of 50; a's mean is 70; c has one seed missing its result
-    runs = _runs({("a", 0): 70.0, ("a", 1): 70.0, ("b", 0): 80.0, ("b", 1): 20.0, ("c", 0): 65.0, ("c", 1): None})
+    runs = _runs({("b", 0): 80.0, ("a", 0): 70.0, ("a", 1): 70.0, ("b", 1): 20.0, ("c", 0): 65.0, ("c", 1): None})
     assert best_row(runs) == ("a", 70.0)
-    assert best_row(runs, stage="search") == ("other", 98.0)  # the stage asked for, trials only (not the teacher)
     # a missing result is left out of its row's mean, not read as 0: c's single 75 beats a's 70
     assert best_row(_runs({("a", 0): 70.0, ("c", 0): 75.0, ("c", 1): None})) == ("c", 75.0)
+    # a tie goes to the first row by name, whatever order the store returns the runs in
+    assert best_row(_runs({("z", 0): 60.0, ("m", 0): 60.0, ("a", 0): 50.0})) == ("m", 60.0)
 
 
-def test_no_result_to_rank_by_is_an_error_naming_the_metric():
-    with pytest.raises(SweepError, match="test/best/pgd20"):
-        best_row(_runs({("a", 0): None, ("b", 0): None}))
+def test_no_result_to_rank_by_is_an_error_naming_the_stage_and_metric():
+    with pytest.raises(SweepError, match=r"^no trial of stage 'confirm' has test/best/pgd20: nothing to rank the rows "
+                                         r"by$"):
+        best_row(_runs({("a", 0): None, ("b", 0): None}), stage="confirm")
+
+
+def test_the_demos_autoattack_reads_only_its_stages_trials(tmp_path):
+    """The query autoattack_best reads the sweep's runs with: the demo stage's trials, not its teacher, its parent
+    or another stage's trials."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.demo import TRIALS
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("demo")
+    for name, kind, stage in (("t", "trial", "demo"), ("teacher", "teacher", "demo"), ("parent", "sweep", ""),
+                              ("s", "trial", "search")):
+        client.create_run(exp, run_name=name, tags={"ssat.kind": kind, "ssat.stage": stage})
+    assert [r.info.run_name for r in client.search_runs([exp], TRIALS.format(stage="demo"))] == ["t"]
+    assert [r.info.run_name for r in client.search_runs([exp], TRIALS.format(stage="search"))] == ["s"]
 
 
 def test_only_the_standard_row_selects_its_best_checkpoint_by_clean_accuracy():
