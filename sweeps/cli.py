@@ -53,7 +53,8 @@ def cmd_run(args) -> int:
         from .dryrun import gpu_choice
 
         gpu = gpu_choice(args.gpu)
-    from .driver import load_run_spec, run_sweep
+    from .driver import run_sweep
+    from .run_options import load_run_spec
 
     run = _run_args(args)
     if args.dry_run:
@@ -99,20 +100,20 @@ def cmd_status(args) -> int:
 
         print(sweeps_table(args.workdir))
         return 0
-    from .driver import sweep_status
+    from .commands import sweep_status
 
     print(sweep_status(args.name, workdir=args.workdir))
     return 0
 
 
 def cmd_stop(args) -> int:
-    from .driver import stop_sweep
+    from .commands import stop_sweep
 
     return stop_sweep(args.name, workdir=args.workdir)
 
 
 def cmd_sync(args) -> int:
-    from .driver import sync_sweep
+    from .commands import sync_sweep
 
     return sync_sweep(args.name, workdir=args.workdir, timeout=args.timeout, command=args.command)
 

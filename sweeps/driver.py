@@ -21,18 +21,16 @@ import dataclasses
 import itertools
 import json
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ssat.config import ConfigError, brief, shorten
 
-from .driver_lock import (DriverBusy, DriverLock, Host, LockInfo, busy_message, hold, inspect, leftover_ray_processes,
-                          proc_start_ticks, signal_holder)
+from .driver_lock import (DriverBusy, DriverLock, LockInfo, busy_message, hold, inspect)
 from .disk import CAUSE as DISK_FULL, DiskFull, DiskWatch, check_free, disk_guard, drop_torn_checkpoints
-from .errors import SweepError, UsageError
+from .errors import SweepError
+from .interrupt import Interrupt
 from .outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs
 from .paths import Paths, sweep_paths
 from .provenance import code_version
@@ -40,7 +38,8 @@ from .resources import check_gpu, init_ray
 from .run_records import sweep_key, sweep_record
 from .ranking import confirm_summary, search_ranking
 from .reuse import to_train
-from .spec import NAME_RE, Spec, parse_spec, read_yaml
+from .run_options import RunArgs, load_run_spec
+from .spec import Spec, parse_spec
 from .study import check_new_study, dashboard_command, redacted, storage_url
 from .sweep_log import diverted
 from .teacher_stage import teacher_stage
@@ -50,33 +49,6 @@ from .tuners import continue_short, grid_tuner, restore_tuner, search_tuner
 Log = Callable[[str], None]
 PHASES_GRID = ("grid",)
 PHASES_SEARCH = ("search", "confirm")
-
-
-@dataclass
-class RunArgs:
-    """What `run` was given besides the spec; a resume rebuilds the same spec from them."""
-    epochs: int | None = None
-    seeds: list[int] | None = None
-    sets: dict = field(default_factory=dict)
-    cpu_only: bool = False
-    max_concurrent: int | None = None
-    data_root: str | None = None
-    address: str | None = None
-    max_failures: int = 2
-    name: str | None = None
-    rows: list[str] | None = None  # --rows: only these grid rows
-    gpu_share: float | None = None  # --gpu-share: each trial's share of a GPU, instead of resources.gpu
-    samples: int | None = None  # --samples: a search's num_samples
-    top_k: int | None = None  # --top-k: a search's confirm.top_k
-    optuna_storage: str | None = None  # --optuna-storage: an RDB URL for the search's study (default: the sweep folder)
-    reuse: bool = False  # --reuse: a trial with a finished run in the store references it (sweeps.reuse)
-
-    def spec_options(self) -> dict:
-        """The options that shape the spec (sweeps.spec.parse_spec's keywords), those given only."""
-        given = {"epochs": self.epochs, "seeds": self.seeds, "sets": self.sets, "cpu_only": self.cpu_only,
-                 "max_concurrent": self.max_concurrent, "data_root": self.data_root, "rows": self.rows,
-                 "gpu_share": self.gpu_share, "samples": self.samples, "top_k": self.top_k}
-        return {k: v for k, v in given.items() if v is not None and v is not False and v != {}}
 
 
 @dataclass
@@ -115,175 +87,6 @@ class SweepState:
         d["args"] = RunArgs(**{k: v for k, v in d.get("args", {}).items() if k in known})
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in fields})
-
-
-# What stops a sweep as Ctrl+C does, and how its messages name it: a person (SIGINT), `kill`, SLURM or systemd
-# (SIGTERM), a closed terminal or ssh session (SIGHUP).
-STOP_SIGNALS = {signal.SIGINT: "Ctrl+C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
-
-
-def ended_by_slurm(job: str) -> str:
-    """The cause of a stop by SLURM's SIGTERM to job `job` (scancel, a requeue, the hard time limit), in the words of
-    the SLURM template's settle (clusters/slurm/ray_sweep.sbatch)."""
-    return f"SLURM ended job {job} (scancel, a requeue or its time limit)"
-
-
-class Interrupt:
-    """A stop asked of the driver (STOP_SIGNALS, or `request` by the driver itself), remembered and turned into what
-    the running stage understands.
-
-    Inside a Tune stage it becomes SIGUSR1, Tune's own stop signal (Tune then saves its state and fit() returns
-    normally, so `cause` is how the driver knows); elsewhere (the teacher stage) it raises KeyboardInterrupt.
-    A second one inside a Tune stage raises KeyboardInterrupt too, as Tune's own handler would.
-    A signal's cause is the text of `cause_file` when a stopper wrote one (SLURM's settle: "SLURM ended job 7 ..."),
-    so the runs' reasons name what really stopped them; else, for SIGTERM inside a SLURM job, SLURM's ending of it;
-    else the signal's name in STOP_SIGNALS.
-    """
-
-    def __init__(self, cause_file: Path | None = None):
-        self.cause: str | None = None  # what stopped the sweep, as its messages say it ("Ctrl+C", "SIGTERM", ...)
-        self.in_tune = False
-        self.cause_file = cause_file
-        self.stopping = False  # the driver records a stop: another signal is said and otherwise ignored
-        self.holding = False   # inside `held`: a signal's stop waits for the block's end
-
-    def signal_cause(self, signum: int) -> str:
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            if self.cause_file is not None and (text := self.cause_file.read_text().strip()):
-                return text.splitlines()[0]
-        if signum == signal.SIGTERM and (job := os.environ.get("SLURM_JOB_ID")):
-            return ended_by_slurm(job)  # SLURM signals every process of the job: the driver, often before settle
-        return STOP_SIGNALS[signum]
-
-    @property
-    def requested(self) -> bool:
-        return self.cause is not None
-
-    def request(self, cause: str) -> bool:
-        """Stop as Ctrl+C does, for `cause`; safe from any thread. False when Tune cannot be told (outside a Tune
-        stage, or asked before): a signal handler then raises KeyboardInterrupt."""
-        again = self.requested
-        self.cause = self.cause or cause
-        if self.in_tune and not again:
-            os.kill(os.getpid(), signal.SIGUSR1)
-            return True
-        return False
-
-    def _handler(self, signum, frame):
-        if signum == signal.SIGHUP:
-            _quiet_console()
-        if self.stopping:
-            return
-        if not self.request(self.signal_cause(signum)) and not self.holding:
-            raise KeyboardInterrupt
-
-    def check(self) -> None:
-        """KeyboardInterrupt when a stop was asked: at a stage's end, in case the one its signal raised was lost (a
-        KeyboardInterrupt raised inside a library's `finally` or a __del__ is printed and dropped by Python)."""
-        if self.requested:
-            raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def held(self):
-        """A block a signal must not cut in the middle (the local Ray's start: a KeyboardInterrupt inside ray.init
-        landed in its logging's lock release and was dropped, and the sweep ran on): the stop comes at its end."""
-        self.holding = True
-        try:
-            yield
-        finally:
-            self.holding = False
-        self.check()
-
-    @contextlib.contextmanager
-    def installed(self):
-        old = {sig: signal.signal(sig, self._handler) for sig in STOP_SIGNALS}
-        had = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
-        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours forwards to Tune instead
-        try:
-            yield self
-        finally:
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
-            if had is None:
-                os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
-            else:
-                os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = had
-
-    @contextlib.contextmanager
-    def tune_stage(self):
-        self.in_tune = True
-        try:
-            yield
-        finally:
-            self.in_tune = False
-
-
-def _quiet_console() -> None:
-    """After a hang-up the terminal is gone, and a write to it fails (EIO): what the driver still prints goes
-    nowhere instead (the resume command is in `python -m sweeps status NAME`)."""
-    null = os.open(os.devnull, os.O_WRONLY)
-    for fd in (1, 2):
-        if os.isatty(fd):
-            os.dup2(null, fd)
-    os.close(null)
-
-
-FLAGS = (("sets", "--set"), ("epochs", "--epochs"), ("seeds", "--seeds"), ("max_concurrent", "--max-concurrent"),
-         ("rows", "--rows"), ("data_root", "--data-root"), ("cpu_only", "--cpu-only"), ("gpu_share", "--gpu-share"),
-         ("samples", "--samples"), ("top_k", "--top-k"))
-
-
-def check_name_flag(name: str) -> None:
-    """--name follows the spec's rules for a name (it names folders and the MLflow experiment)."""
-    if not NAME_RE.fullmatch(name) or ".." in name:
-        raise UsageError(f"--name: {brief(name)}; allowed: 1-100 letters, digits, '.', '_' or '-' (it names folders "
-                         "and the MLflow experiment, so no '/' or '..')")
-
-
-def load_run_spec(spec_path: str | Path, args: RunArgs) -> Spec:
-    """The spec file with the run's options applied (and renamed by `args.name`), fully validated. A mistake that
-    only a command-line option makes is reported as that option's (`--set KEY=VALUE: ...`), not the file's."""
-    raw = read_yaml(spec_path)
-    if args.name:
-        check_name_flag(args.name)
-        raw["name"] = args.name
-    given = args.spec_options()
-    try:
-        return parse_spec(raw, str(spec_path), **given)
-    except ConfigError as exc:
-        raise _blame_options(raw, str(spec_path), given, exc) from None
-
-
-def _blame_options(raw: dict, path: str, given: dict, exc: ConfigError) -> ConfigError:
-    """The spec error `exc` said as the options' when the spec alone is valid: the first option that fails on its
-    own (for --set: the items that do), else all of them together."""
-    def fails(**opts) -> bool:
-        try:
-            parse_spec(raw, path, **opts)
-        except ConfigError:
-            return True
-        return False
-
-    if not given or fails():
-        return exc  # the file's own mistake (or no option at all)
-    blamed = next(({k: v} for k, v in given.items() if fails(**{k: v})), given)
-    if set(blamed) == {"sets"} and len(given["sets"]) > 1:
-        blamed = {"sets": {k: v for k, v in given["sets"].items() if fails(sets={k: v})} or given["sets"]}
-    flags = " with ".join(_flag_text(k, v) for k, v in blamed.items())
-    msg = str(exc).removeprefix(f"{path}: ")
-    if all(dict(FLAGS)[k] in msg for k in blamed):  # it names its option already (--epochs, --rows)
-        return type(exc)(f"{msg} (spec {path})")
-    return type(exc)(f"{flags}: {msg} (spec {path})")
-
-
-def _flag_text(key: str, value) -> str:
-    flag = dict(FLAGS)[key]
-    if key == "sets":
-        return flag + " " + " ".join(shorten(f"{k}={v if isinstance(v, str) else json.dumps(v)}")
-                                     for k, v in value.items())
-    if key == "cpu_only":
-        return flag
-    return f"{flag} {shorten(' '.join(map(str, value)) if isinstance(value, list) else str(value))}"
 
 
 def _lost_lock(other: LockInfo | None) -> None:
@@ -592,123 +395,3 @@ def _end_left_running(tracker: Tracker, parent: str, tags_status: str, log: Log)
             tracker.kill(key, {"ssat.status": tags_status})
 
 
-def _driver_lines(paths: Paths, state: SweepState) -> list[str]:
-    """Who drives the sweep, from its driver.lock: a live driver and its heartbeat, or a dead one (and what its
-    local Ray left running), or none."""
-    lock, verdict = inspect(paths.sweep_dir)
-    resume = f"resume with `{resume_command(paths)}`"
-    if lock is not None and verdict.live:
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lock.started))
-        return [f"driver: pid {lock.pid} on host {lock.host} runs (`{lock.command}`, since {since}); last heartbeat "
-                f"{max(verdict.age, 0):.0f} s ago"]
-    if lock is not None:
-        lines = [f"driver pid {lock.pid} is not running ({verdict.reason}, host {lock.host}); {resume}"]
-        left = leftover_ray_processes(lock.ray_session) if lock.host == Host.here().name else []
-        if left:
-            lines.append("its local Ray left these running: " + ", ".join(f"pid {p} ({n})" for p, n in left)
-                         + "; they train nothing and exit on their own (or now: `kill "
-                         + " ".join(str(p) for p, _ in left) + "`)")
-        return lines
-    if state.status == "running":  # no lock: a driver older than driver.lock, known by its pid alone
-        alive = state.driver_pid is not None and proc_start_ticks(state.driver_pid) is not None
-        return [f"driver pid {state.driver_pid} may still run (it left no driver.lock: an older version)" if alive
-                else f"driver pid {state.driver_pid} is not running; {resume}"]
-    return [f"no driver; {resume}"] if state.status == "incomplete" else []
-
-
-def sweep_status(name: str, *, workdir: str | Path = ".") -> str:
-    """The sweep's stages, its driver and its trial runs by status, as lines for a person."""
-    from mlflow.tracking import MlflowClient
-
-    paths = sweep_paths(workdir, name)
-    state = SweepState.load(paths)
-    spec = state.spec()
-    expected = len(spec.trials()) if spec.grid else spec.search["num_samples"] + (
-        spec.search["confirm"]["top_k"] * len(spec.search["confirm"]["seeds"]))
-    client = MlflowClient(state.tracking_uri)
-    exp = client.get_experiment_by_name(spec.name)
-    runs = client.search_runs([exp.experiment_id], "tags.`ssat.kind` = 'trial'", max_results=5000) if exp else []
-    by: dict[str, int] = {}
-    for r in runs:
-        s = r.data.tags.get("ssat.status", r.info.status).split(":")[0]
-        by[s] = by.get(s, 0) + 1
-    lines = [f"sweep {spec.name}: {state.status}, phases {state.phases}", *_driver_lines(paths, state),
-             f"trials expected {expected}; runs by status: {json.dumps(by)}"]
-    return "\n".join(lines + trial_lines(runs, spec))
-
-
-STAGE_ORDER = ("search", "confirm", "grid", "demo")
-
-
-def trial_lines(runs: list, spec: Spec) -> list[str]:
-    """The trial runs as a table: per stage, best first by the spec's (first) metric, the best marked `*`; each by
-    its one name (the MLflow run name, as the console printed it) and its status."""
-    metric, mode = spec.metric[0], spec.mode[0]
-
-    def value(r) -> float | None:
-        v = r.data.metrics.get(metric)
-        return None if v is None or v != v else v
-
-    rows = []
-    for stage in sorted({r.data.tags.get("ssat.stage", "") for r in runs},
-                        key=lambda s: (STAGE_ORDER.index(s) if s in STAGE_ORDER else len(STAGE_ORDER), s)):
-        group = [r for r in runs if r.data.tags.get("ssat.stage", "") == stage]
-        # a trial stopped early (ASHA) ran fewer epochs: its value does not compare, it is listed after the others
-        short = lambda r: r.data.tags.get("ssat.status", "").startswith("STOPPED_EARLY")  # noqa: E731
-        group.sort(key=lambda r: (short(r), value(r) is None, -(value(r) or 0) if mode == "max" else (value(r) or 0),
-                                  r.info.run_name or ""))
-        for i, r in enumerate(group):
-            mark = "*" if i == 0 and value(r) is not None and not short(r) else " "
-            status = r.data.tags.get("ssat.status", r.info.status)
-            rows.append([stage, f"{mark} {r.info.run_name}", status if len(status) <= 40 else status[:39] + "…",
-                         "-" if value(r) is None else f"{value(r):.2f}"])
-    if not rows:
-        return []
-    header = ["stage", "  trial", "status", metric]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
-    fmt = lambda row: "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3].rjust(len(metric))  # noqa: E731
-    return [fmt(header), *map(fmt, rows), f"  (* the best of its stage by {metric}, {mode})"]
-
-
-def stop_sweep(name: str, *, workdir: str | Path = ".") -> int:
-    """Ctrl+C for a driver running elsewhere: SIGINT to the process driver.lock names (it stops in the stage it is
-    in), only when it is that process: same host and boot, same start time (never a pid reused since)."""
-    paths = sweep_paths(workdir, name)
-    state = SweepState.load(paths)
-    lock, verdict = inspect(paths.sweep_dir)
-    here, after = Host.here(), f"resume it with `{resume_command(paths)}`"
-    if lock is None:
-        print(f"sweep {name}: no driver holds it (no driver.lock in {paths.sweep_dir}); nothing signalled"
-              + ("; it is finished" if state.status == "done" else f"; {after}"))
-        return 1
-    if lock.host != here.name or not lock.boot_id or lock.boot_id != here.boot_id:
-        print(f"sweep {name}: its driver, pid {lock.pid}, is on host {lock.host}, not this one ({here.name}): nothing "
-              f"signalled; run `python -m sweeps stop {name}` there"
-              + ("" if verdict.live else f" (it may be gone: {verdict.reason})"))
-        return 1
-    if not verdict.live:
-        print(f"sweep {name}: driver pid {lock.pid} is not running ({verdict.reason}); nothing signalled; {after}")
-        return 1
-    if lock.start_ticks is None:
-        print(f"sweep {name}: driver.lock gives no start time for pid {lock.pid}, so it cannot be told from a reused "
-              f"pid: nothing signalled; interrupt the driver where it runs (Ctrl+C)")
-        return 1
-    if not signal_holder(lock, signal.SIGINT):
-        print(f"sweep {name}: driver pid {lock.pid} ended just now; nothing signalled; {after}")
-        return 1
-    print(f"sent SIGINT to the driver of {name} (pid {lock.pid}, `{lock.command}`): it stops in the stage it is in; "
-          f"{after}")
-    return 0
-
-
-def sync_sweep(name: str, *, workdir: str | Path = ".", timeout: float = 30.0, command: str | None = None) -> int:
-    """Send the tracking operations that drivers of this sweep left unsent (spool and dead drivers' journals).
-    Refused while a driver runs the sweep (it sends its own, and its journal is not a dead driver's)."""
-    paths = sweep_paths(workdir, name)
-    state = SweepState.load(paths)
-    with hold(paths.sweep_dir, command or f"python -m sweeps sync {name}", name=name, workdir=paths.workdir):
-        t = paths.tracker(state.tracking_uri)
-        n = len(t.queue)
-        ok = t.flush(timeout=timeout)
-    print(f"sync {name}: {n} spooled operation(s); {'all sent' if ok else 'store still unreachable, kept'}")
-    return 0 if ok else 1

@@ -62,7 +62,7 @@ def init_ray(address: str | None) -> None:
 def keep_sigterm_handler():
     """ray.init installs, first thing, a SIGTERM handler that exits at once (SystemExit 15): a SIGTERM during Ray's
     start then left the sweep's run RUNNING, with no message. Inside, Ray's installer does nothing, so the driver's
-    own handler (sweeps.driver.Interrupt) stops the sweep as it does in any stage."""
+    own handler (sweeps.interrupt.Interrupt) stops the sweep as it does in any stage."""
     from ray._private import utils
 
     install, sigterm = utils.set_sigterm_handler, signal.getsignal(signal.SIGTERM)

@@ -105,7 +105,8 @@ def plan(argv: list[str], workdir: str | Path, env: Mapping[str, str], log=print
     """What the job does with `run SPEC ...` or `resume NAME ...` (the template's arguments): the spec and options
     are checked as `python -m sweeps` would, then the allocation against one trial of the spec."""
     from .cli import _run_args, build_parser, check_args
-    from .driver import SweepState, finished_message, load_run_spec
+    from .driver import SweepState, finished_message
+    from .run_options import load_run_spec
     from .paths import sweep_paths
 
     if not argv or argv[0] not in ("run", "resume"):

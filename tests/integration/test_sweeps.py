@@ -119,7 +119,7 @@ def test_search_then_confirm_reruns_exactly_the_top_k(ray_local, teacher_dir, tm
 
 
 def check_search_said(out: str, workdir: Path, uri: str, searched, confirmed) -> None:
-    from sweeps.driver import sweep_status
+    from sweeps.commands import sweep_status
     from sweeps.ranking import mean_std
 
     names = [r.info.run_name for r in searched + confirmed]

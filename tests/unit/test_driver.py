@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from sweeps.driver import Interrupt, RunArgs, SweepState, cut_at
+from sweeps.driver import RunArgs, SweepState, cut_at
+from sweeps.interrupt import Interrupt
 from sweeps.errors import SpecError
 from sweeps.mlflow_callback import _end_tags
 from sweeps.outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs, trial_outcome
@@ -246,7 +247,7 @@ def test_a_stop_asked_inside_a_held_block_comes_at_its_end_and_a_lost_one_at_the
     lost is raised again at the stage's end; a signal while the stop is recorded is ignored."""
     import signal as sig
 
-    from sweeps.driver import Interrupt
+    from sweeps.interrupt import Interrupt
 
     stop = Interrupt()
     with pytest.raises(KeyboardInterrupt):

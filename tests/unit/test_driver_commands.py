@@ -15,6 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import sweeps.driver as D
+from sweeps.commands import _driver_lines
 from sweeps.cli import main
 from sweeps.driver_lock import LOCK_FILE, Host, LockInfo, proc_start_ticks
 from sweeps.errors import SweepError
@@ -156,7 +157,7 @@ def test_a_stage_with_unfinished_trials_ends_the_sweeps_run_failed(work, monkeyp
                                               f"this run was RUNNING; resume with: {resume}")
     assert state(work)["status"] == "incomplete"
     assert not (work / "runs" / "sweeps" / "s" / LOCK_FILE).exists()
-    assert D._driver_lines(D.sweep_paths(work, "s"), D.SweepState.load(D.sweep_paths(work, "s"))) == [
+    assert _driver_lines(D.sweep_paths(work, "s"), D.SweepState.load(D.sweep_paths(work, "s"))) == [
         f"no driver; resume with `{resume}`"]
 
 

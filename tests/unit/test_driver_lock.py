@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from sweeps import driver_lock as DL
-from sweeps.driver import RunArgs, SweepState, _driver_lines, stop_sweep, sync_sweep
+from sweeps.commands import _driver_lines, stop_sweep, sync_sweep
+from sweeps.driver import RunArgs, SweepState
 from sweeps.driver_lock import DriverBusy, Host, LockInfo, judge, proc_start_ticks
 from sweeps.paths import sweep_paths
 
@@ -297,7 +298,7 @@ def test_status_counts_the_trial_runs_by_status_and_lists_them_best_first_by_nam
     the console says it), per stage best first by the spec's metric, the best marked."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.driver import sweep_status
+    from sweeps.commands import sweep_status
 
     uri = store
     source = {"name": "s", "preset": "mnist5k-ssat-mbi", "seeds": [0, 1], "resources": {"cpu": 1, "gpu": 0},
@@ -335,7 +336,7 @@ def test_status_counts_the_trial_runs_by_status_and_lists_them_best_first_by_nam
 def test_status_lists_stages_in_their_order_and_ranks_a_minimised_metric_lowest_first(tmp_path, store):
     from mlflow.tracking import MlflowClient
 
-    from sweeps.driver import trial_lines
+    from sweeps.commands import trial_lines
     from sweeps.spec import parse_spec
 
     spec = parse_spec({"name": "s", "preset": "mnist5k-ssat-mbi", "metric": "train/loss", "mode": "min",

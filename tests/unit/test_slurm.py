@@ -16,6 +16,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import sweeps.driver as D
+from sweeps.interrupt import ended_by_slurm
+from sweeps.spec import read_yaml
 from sweeps import slurm
 from sweeps.driver_lock import LOCK_FILE, Host, LockInfo, proc_start_ticks
 from sweeps.errors import SweepError
@@ -99,7 +101,7 @@ def work(tmp_path, monkeypatch):
 
 
 def save_state(work: Path, status: str, tracking_uri: str = "sqlite:///x.db") -> D.SweepState:
-    state = D.SweepState(name="s", spec_path=str(work / "s.yaml"), source=D.read_yaml(work / "s.yaml"),
+    state = D.SweepState(name="s", spec_path=str(work / "s.yaml"), source=read_yaml(work / "s.yaml"),
                          tracking_uri=tracking_uri, args=D.RunArgs(), status=status)
     state.save(D.sweep_paths(work, "s"))
     return state
@@ -300,4 +302,4 @@ def test_the_template_settles_a_sigterm_with_the_cause_the_driver_names():
     """The driver names a SIGTERM inside a SLURM job with ended_by_slurm before settle's stop_cause exists: the
     template's settle must write the same words, so every run's reason reads alike whoever ended it."""
     template = (Path(__file__).resolve().parents[2] / slurm.TEMPLATE).read_text()
-    assert f'--why "{D.ended_by_slurm("$job")}"' in template
+    assert f'--why "{ended_by_slurm("$job")}"' in template

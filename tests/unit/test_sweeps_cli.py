@@ -189,13 +189,13 @@ def test_a_sweep_that_never_wrote_its_state_says_so(tmp_path, env):
 
 # ---- --gpu ------------------------------------------------------------------------------------------------------
 def test_an_unknown_gpu_is_refused_with_the_known_names_before_anything_else(tmp_path, env, monkeypatch):
-    import sweeps.driver as D
+    import sweeps.run_options as O
 
     def loaded(*a, **k):
         raise AssertionError("the spec was built into trials before --gpu was checked")
 
     monkeypatch.setenv("SSAT_CALIBRATION_DIR", str(tmp_path / "none"))
-    monkeypatch.setattr(D, "load_run_spec", loaded)
+    monkeypatch.setattr(O, "load_run_spec", loaded)
     spec = str(ROOT / "sweeps" / "specs" / "mnist5k-demo.yaml")
     known = "NVIDIA H100 80GB HBM3, NVIDIA H200"
     assert fails(env, "run", spec, "--dry-run", "--gpu", "foo", "--workdir", str(tmp_path)) == (
