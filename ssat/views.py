@@ -1,7 +1,7 @@
 """FixMatch's two views of an image: weak (flip-and-crop) and strong (flip-and-crop, RandAugment, Cutout).
 
 Both run on the images' device and take their randomness from a CPU `torch.Generator`, like
-`ssat.datasets.augment`, so a run is reproducible and resumable; the global torch RNG is never used.
+`ssat.augment.augment`, so a run is reproducible and resumable; the global torch RNG is never used.
 
 RandAugment here is a batched re-implementation of torchvision's `transforms.v2.RandAugment` (num_magnitude_bins
 31, nearest interpolation, fill 128 for 3-channel and 0 for 1-channel images) in which every image draws its own
@@ -36,7 +36,8 @@ from typing import NamedTuple, Sequence
 import torch
 import torch.nn.functional as F
 
-from .datasets import augment_draws, crop_flip, to_float
+from .augment import augment_draws, crop_flip
+from .datasets import to_float
 
 # torchvision's RandAugment._AUGMENTATION_SPACE, in its order; an op's id is its index here.
 OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
@@ -382,7 +383,7 @@ def cutout(x: torch.Tensor, gen: torch.Generator, size: float, fill: float = 0.5
 
 # ---- the two views ---------------------------------------------------------------------------
 def weak_draws(b: int, gen: torch.Generator, *, flip: bool, pad: int = 4) -> torch.Tensor:
-    """(b, 3): crop rows, crop columns, mirror (0/1; 0 without flip), drawn as `ssat.datasets.augment` draws."""
+    """(b, 3): crop rows, crop columns, mirror (0/1; 0 without flip), drawn as `ssat.augment.augment` draws."""
     oy, ox, mirror = augment_draws(b, gen, pad=pad, flip=flip)
     return torch.stack([oy, ox, mirror.long() if mirror is not None else torch.zeros_like(oy)], 1)
 

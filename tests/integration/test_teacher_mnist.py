@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from ssat.config import from_dict
-from ssat.datasets import augment, split_for, to_float
+from ssat.augment import augment
+from ssat.datasets import split_for, to_float
 from ssat.models import create_model
 from ssat.presets import preset, teacher_preset
 from ssat.teacher import ensure_teacher, resolve_teacher

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from ssat.attacks import pgd
 from ssat.divergences import kl_rows
 from ssat.config import ConfigError, from_dict
-from ssat.datasets import AWRBatches, Split, to_float
+from ssat.batchings import AWRBatches
+from ssat.datasets import Split, to_float
 from ssat.interpolation import interpolate
 from ssat.losses import awr_loss
 from ssat.methods import METHOD_REGISTRY

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from ssat.config import ConfigError, from_dict, scale_epochs
-from ssat.datasets import (DataError, augment, export_labeled_idx, import_labeled_idx, load_arrays, make_split)
+from ssat.augment import augment
+from ssat.datasets import DataError, export_labeled_idx, import_labeled_idx, load_arrays, make_split
 from ssat.presets import preset
 
 

@@ -15,7 +15,9 @@ import pytest
 import torch
 from scipy.io import loadmat, savemat
 
-from ssat.datasets import AWRBatches, Split, UnionBatches, augment, load_arrays
+from ssat.augment import augment
+from ssat.batchings import AWRBatches, UnionBatches
+from ssat.datasets import Split, load_arrays
 from ssat.synthetic import WRITERS, fake_arrays
 
 SIZES = {"cifar10": (600, 100), "cifar100": (1000, 200), "svhn": (600, 100)}

@@ -12,7 +12,8 @@ import torch.nn as nn
 
 from ssat.attacks import frozen, pgd
 from ssat.config import from_dict
-from ssat.datasets import Split, UnionBatches
+from ssat.batchings import UnionBatches
+from ssat.datasets import Split
 from ssat.presets import PRESETS, preset
 from ssat.engine import StepStats, graph_plan, graph_refusal
 from ssat.schedules import at_epoch
