@@ -32,20 +32,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ssat.config import Config, parse_overrides
 
 from .errors import UsageError
+from .measurements import RESULTS, ROOT, Measurements, calibration_dir, read_records
 from .paths import sweep_paths
 
-if TYPE_CHECKING:  # sweeps.costs imports torch: not at --help time
-    from .costs import Measurements
-
-# sweeps.costs' ROOT and RESULTS, said again: `python -m sweeps --help` builds this module's parser, and sweeps.costs
-# imports torch (its cost model is imported where a calibration runs)
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 GIB = 2 ** 30
 COMPILE_GIB = 6  # GPU memory assumed for one compiling process, before any measured peak (a WRN-28-8 step's is ~5)
 MEMORY_USE = 0.8  # share of the GPU's memory a group of resident processes may take
@@ -323,7 +316,6 @@ def summary(items: list[Item]) -> list[str]:
 
 
 def out_files(args, device: str) -> list[Path]:
-    from .costs import calibration_dir
 
     name = f"{slug(device)}-{datetime.date.today().isoformat()}-calibrate.json"
     folders = [Path(args.out) if args.out else calibration_dir()]
@@ -387,7 +379,6 @@ def check(args) -> None:
 
 
 def run_calibrate(args) -> int:
-    from .costs import Measurements, calibration_dir, read_records
     from .spec import load_spec
 
     check(args)

@@ -24,7 +24,8 @@ from ssat.config import Config, brief
 from ssat.schedules import schedule_table
 
 from . import wall_time as W
-from .costs import ROOT, STAGES, Unit, calibration_dir, estimate, measured_devices, read_records, resolve_gpu, units
+from .costs import STAGES, Unit, estimate, units
+from .measurements import ROOT, calibration_dir, measured_devices, read_records, resolve_gpu
 from .errors import UsageError
 from .spec import Spec, load_spec
 

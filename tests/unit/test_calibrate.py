@@ -13,8 +13,8 @@ from ssat.config import from_dict
 from ssat.presets import preset
 from sweeps import calibrate as cal
 from sweeps import measure
-from sweeps.costs import (Measurements, calibration_dir, eval_key, needed_figures, read_records, teacher_figure_key,
-                          training_key)
+from sweeps.costs import eval_key, needed_figures, teacher_figure_key, training_key
+from sweeps.measurements import Measurements, calibration_dir, read_records
 from sweeps.dryrun import dry_run
 from sweeps.spec import load_spec, parse_spec
 

@@ -5,7 +5,8 @@ import pytest
 from ssat.config import from_dict
 from ssat.presets import preset
 from sweeps import costs
-from sweeps.costs import AA_SHARES, Measurements, attack_cost, packing_factor, resolve_gpu
+from sweeps.costs import AA_SHARES, attack_cost, packing_factor
+from sweeps.measurements import Measurements, resolve_gpu
 
 
 def pack(n: int, total: float, mps: bool, graphed: bool, device: str = "G") -> dict:
@@ -115,7 +116,7 @@ def test_autoattack_on_two_checkpoints_runs_twice_and_an_unknown_dataset_on_ever
 
 
 def test_calibration_dir_without_settings_is_the_users_cache(monkeypatch, tmp_path):
-    from sweeps.costs import calibration_dir
+    from sweeps.measurements import calibration_dir
 
     monkeypatch.delenv("SSAT_CALIBRATION_DIR", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
@@ -127,7 +128,7 @@ def test_calibration_dir_without_settings_is_the_users_cache(monkeypatch, tmp_pa
 
 # ---- records read back, by kind ------------------------------------------------------------------------------
 def test_evaluation_records_in_seconds_or_per_1000_and_nothing_else():
-    from sweeps.costs import _eval
+    from sweeps.measurements import _eval
 
     base = {"bench": "eval", "eval_model": "m", "attack": "clean"}
     assert _eval({**base, "seconds": 2.0, "n": 500}) == (("m", "clean", False), 4.0)
@@ -137,7 +138,7 @@ def test_evaluation_records_in_seconds_or_per_1000_and_nothing_else():
 
 
 def test_packing_records_need_both_numbers_and_every_trial_finished():
-    from sweeps.costs import _packing
+    from sweeps.measurements import _packing
 
     rec = {"model": "m", "packed_trials": 4, "total_images_per_s": 200}
     assert _packing(rec) == (("m", False, False, 4), 200.0)  # no graph_mode: eager steps
@@ -149,7 +150,7 @@ def test_packing_records_need_both_numbers_and_every_trial_finished():
 
 
 def test_teacher_and_training_records_of_another_bench_are_not_theirs():
-    from sweeps.costs import _teacher, _training
+    from sweeps.measurements import _teacher, _training
 
     teacher = {"bench": "teacher", "teacher_model": "m", "precision": "bf16", "steps_per_s": 5, "compile": "off"}
     assert _teacher(teacher) == (("m", "bf16"), 5.0)
@@ -162,7 +163,7 @@ def test_teacher_and_training_records_of_another_bench_are_not_theirs():
 
 
 def test_the_step_engine_of_an_old_record_from_its_compile_and_graph_keys():
-    from sweeps.costs import record_mode
+    from sweeps.measurements import record_mode
 
     assert record_mode({"mode": "graph+compile+fused"}) == "graph+compile+fused"
     assert record_mode({}) == record_mode({"compile": False}) == record_mode({"compile": None}) == "eager"
@@ -172,7 +173,7 @@ def test_the_step_engine_of_an_old_record_from_its_compile_and_graph_keys():
 
 
 def test_measured_devices_are_gpus_with_a_usable_figure():
-    from sweeps.costs import measured_devices
+    from sweeps.measurements import measured_devices
 
     usable = {"bench": "eval", "eval_model": "m", "attack": "clean", "s_per_1000": 1.0}
     recs = [{**usable, "_device": "G1"}, {**usable, "_device": "CPU (not a GPU figure)"}, {**usable, "_device": "cpu"},

@@ -9,8 +9,8 @@ import pytest
 from ssat.config import from_dict
 from ssat.presets import preset
 from ssat.schedules import schedule_table
-from sweeps.costs import (TRIAL_STAGES, Measurements, engine_mode, estimate, final_images, read_records,
-                          validation_epochs)
+from sweeps.costs import TRIAL_STAGES, engine_mode, estimate, final_images, validation_epochs
+from sweeps.measurements import Measurements, read_records
 from sweeps.dryrun import COSTS_PAGE, costs_page, describe, dry_run, gpu_choice, schedule_lines
 from sweeps.errors import UsageError
 from sweeps.spec import load_spec, parse_spec

@@ -245,7 +245,7 @@ def test_trials_on_a_gpu_are_never_timed_here_and_keep_the_gpu_lines(monkeypatch
 
 
 def test_cpu_trials_with_a_gpu_named_get_both(monkeypatch):
-    from sweeps.costs import read_records
+    from sweeps.measurements import read_records
 
     spec = demo()
     monkeypatch.setattr(W, "measure", lambda s: figures(s))
