@@ -25,7 +25,8 @@ from ssat.datasets import DATASET_INFO
 from .driver import RunArgs, SweepState, resume_sweep, run_sweep
 from .errors import SweepError
 from .paths import sweep_paths
-from .tracking import Tracker, ui_url
+from .tracking import Tracker
+from .ui_link import ui_url
 
 SPEC = Path(__file__).parent / "specs" / "mnist5k-demo.yaml"
 TRIALS = "tags.`ssat.kind` = 'trial' and tags.`ssat.stage` = '{stage}'"

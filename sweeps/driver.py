@@ -43,7 +43,8 @@ from .spec import Spec, parse_spec
 from .study import check_new_study, dashboard_command, redacted, storage_url
 from .sweep_log import diverted
 from .teacher_stage import teacher_stage
-from .tracking import Tracker, check_reachable, resolve_uri, ui_url, uri_source
+from .tracking import Tracker, check_reachable, resolve_uri, uri_source
+from .ui_link import ui_url
 from .tuners import continue_short, grid_tuner, restore_tuner, search_tuner
 
 Log = Callable[[str], None]

@@ -11,7 +11,7 @@ training: the numbers are made up (trial_metrics), in the units a trial reports 
 MLflow 3.17's UI opens an experiment (`#/experiments/<id>`) on the GenAI overview or on the training runs by
 its GenAI / Model training switch, not by the `mlflow.experimentKind` tag: the switch comes from the URL's
 `workflowType`, else from the browser's last choice (local storage), GenAI in a fresh browser. So the URLs
-here name `machine_learning`. The experiment page is the demo's link (sweeps.tracking.ui_url, given the store):
+here name `machine_learning`. The experiment page is the demo's link (sweeps.ui_link.ui_url, given the store):
 the trials flat and sorted by name, the table's metrics as columns (a view it saves in the experiment).
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pathlib import Path
 from sweeps.provenance import code_version
 from sweeps.run_records import sweep_record
 from sweeps.spec import load_spec
-from sweeps.tracking import Tracker, ui_url
+from sweeps.tracking import Tracker
+from sweeps.ui_link import ui_url
 from sweeps.trial_settings import resolve_trial
 from tests.integration.sweep_helpers import write_spec
 from tests.servers import MlflowServer

@@ -10,7 +10,8 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from sweeps.tracking import Tracker, ui_url
+from sweeps.tracking import Tracker
+from sweeps.ui_link import ui_url
 
 KIND = ("mlflow.experimentKind", "custom_model_development")
 
@@ -92,7 +93,7 @@ def _spec(kind: str):
 def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(tmp_path):
     """The MLflow link of a search sorts by the spec's metric in its direction and shows it, the sampled
     parameters and the confirm trials' test accuracies as columns: no column to tick by hand."""
-    from sweeps.tracking import link_columns
+    from sweeps.ui_link import link_columns
 
     spec = _spec("search")
     assert link_columns(spec) == (["attack.schedule", "method.beta"],
@@ -112,7 +113,7 @@ def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(tmp_pa
 
 
 def test_a_grid_link_shows_the_table_metrics_and_the_grids_factors_by_name(tmp_path):
-    from sweeps.tracking import link_columns
+    from sweeps.ui_link import link_columns
 
     spec = _spec("grid")
     assert link_columns(spec) == (["attack.schedule", "method.interpolate", "method.beta"],
