@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ssat.config import from_dict, scale_epochs  # noqa: E402
+from ssat.config import from_dict  # noqa: E402
+from ssat.epoch_scaling import scale_epochs  # noqa: E402
 from ssat.presets import preset  # noqa: E402
 from ssat.train import Trainer  # noqa: E402
 from sweeps.measure import random_teacher  # noqa: E402

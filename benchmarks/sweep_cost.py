@@ -34,7 +34,8 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ssat.config import from_dict, scale_epochs  # noqa: E402
+from ssat.config import from_dict  # noqa: E402
+from ssat.epoch_scaling import scale_epochs  # noqa: E402
 from ssat.evaluate import (autoattack_accuracy, first_test_images, fp32_precision,  # noqa: E402
                            load_checkpoint_model, pgd_accuracy)
 from ssat.presets import preset  # noqa: E402

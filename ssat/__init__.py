@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 # datasets) would otherwise find its module imported by this file before runpy runs it (runpy's RuntimeWarning
 # "found in sys.modules after import of package 'ssat'", and two copies of the module).
 _EXPORTS = {"pgd": "attacks", "Config": "config", "ConfigError": "config", "from_dict": "config",
-            "scale_epochs": "config", "evaluate_model": "evaluate", "interpolate": "interpolation",
+            "scale_epochs": "epoch_scaling", "evaluate_model": "evaluate", "interpolate": "interpolation",
             "margin": "interpolation", "awr_loss": "losses", "mbi_loss": "losses", "uat_loss": "losses",
             "Method": "methods", "register_method": "methods", "create_model": "models", "PRESETS": "presets",
             "preset": "presets", "Schedule": "schedules", "epsilon_schedule": "schedules", "lr_at": "schedules",
@@ -25,7 +25,8 @@ _EXPORTS = {"pgd": "attacks", "Config": "config", "ConfigError": "config", "from
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers
     from .attacks import pgd
-    from .config import Config, ConfigError, from_dict, scale_epochs
+    from .config import Config, ConfigError, from_dict
+    from .epoch_scaling import scale_epochs
     from .evaluate import evaluate_model
     from .interpolation import interpolate, margin
     from .losses import awr_loss, mbi_loss, uat_loss

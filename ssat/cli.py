@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .config import Config, ConfigError, from_dict, parse_overrides, scale_epochs
+from .config import Config, ConfigError, from_dict, parse_overrides
+from .epoch_scaling import scale_epochs
 from .presets import PRESETS, preset
 
 DEFAULT_PRESET = "mnist5k-ssat-mbi"

@@ -10,7 +10,7 @@ import copy
 import csv
 from pathlib import Path
 
-from .config import brief
+from .messages import brief
 
 PAPER_TABLE = Path(__file__).parent / "data" / "paper_hparams.csv"
 

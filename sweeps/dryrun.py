@@ -20,7 +20,8 @@ import math
 import sys
 from pathlib import Path
 
-from ssat.config import Config, brief
+from ssat.config import Config
+from ssat.messages import brief
 from ssat.schedules import schedule_table
 
 from . import wall_time as W

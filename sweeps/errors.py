@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import difflib
 
-from ssat.config import ConfigError, brief
+from ssat.config import ConfigError
+from ssat.messages import brief
 
 
 MAX_MESSAGE = 2_000  # characters of an error message the console gets, whatever it quotes

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 
-from ssat.config import brief
+from ssat.messages import brief
 
 # Per epoch (step = epoch): the method's objective and its terms (ssat/losses.py: every method's), validation
 # (on the epochs that validate), the schedules, the adversarial examples' statistics and the step's speed.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from .paths import Paths
+from .paths import CONFIGS, KEPT, SPOOL
 from .sweep_log import LOG
 from .tracking import Tracker, epoch_metrics, final_metrics
 from .trial_settings import once_per_trial, resolve_trial
@@ -114,7 +114,7 @@ class TrackingCallback(Callback):
     @property
     def tracker(self) -> Tracker:
         if self._tracker is None:
-            self._tracker = Tracker(self.uri, self.experiment, self.artifact_root, spool=Paths.of(self.sweep_dir).spool)
+            self._tracker = Tracker(self.uri, self.experiment, self.artifact_root, spool=Path(self.sweep_dir) / SPOOL)
         return self._tracker
 
     def _start(self, trial) -> tuple[str, dict]:
@@ -127,7 +127,7 @@ class TrackingCallback(Callback):
             if self.parent_run_id:
                 tags["mlflow.parentRunId"] = self.parent_run_id
             t.ensure_run(key, tags, rec.params, name=rec.name)
-            cfile = Paths.of(self.sweep_dir).configs / key / "config.json"
+            cfile = Path(self.sweep_dir) / CONFIGS / key / "config.json"
             cfile.parent.mkdir(parents=True, exist_ok=True)
             cfile.write_text(json.dumps(cfg.to_dict(), indent=1))
             t.log_artifact(key, cfile, None)
@@ -202,7 +202,7 @@ class TrackingCallback(Callback):
             return
         ckpt = trial.checkpoint
         if ckpt is not None:
-            keep = Paths.of(self.sweep_dir).kept / key
+            keep = Path(self.sweep_dir) / KEPT / key
             keep.mkdir(parents=True, exist_ok=True)
             with ckpt.as_directory() as d:  # a download for remote storage: copy what we upload
                 for name in ARTIFACTS:

@@ -13,9 +13,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssat.config import brief
+from ssat.messages import brief
 
 from .errors import SweepError
+
+
+# The files of a sweep folder that the tracking callback, given only the folder, writes too
+SPOOL, CONFIGS, KEPT = "tracking_spool.jsonl", "configs", "artifacts"
 
 
 @dataclass
@@ -38,7 +42,7 @@ class Paths:
     @property
     def spool(self) -> Path:
         """The tracking operations a store did not take yet (sweeps.tracking; `sync` replays them)."""
-        return self.sweep_dir / "tracking_spool.jsonl"
+        return self.sweep_dir / SPOOL
 
     @property
     def log_file(self) -> Path:
@@ -58,12 +62,12 @@ class Paths:
     @property
     def configs(self) -> Path:
         """Each trial's resolved config.json, in a folder named by its run key, logged to its run."""
-        return self.sweep_dir / "configs"
+        return self.sweep_dir / CONFIGS
 
     @property
     def kept(self) -> Path:
         """Each trial's checkpoints as logged to its run, in a folder named by its run key."""
-        return self.sweep_dir / "artifacts"
+        return self.sweep_dir / KEPT
 
     @property
     def artifact_root(self) -> Path:
@@ -76,12 +80,6 @@ class Paths:
         from .tracking import Tracker
 
         return Tracker(uri, self.name, artifact_root=self.artifact_root, spool=self.spool, log=log)
-
-    @classmethod
-    def of(cls, sweep_dir: str | Path) -> "Paths":
-        """The Paths of a sweep folder (<workdir>/runs/sweeps/<name>)."""
-        sweep_dir = Path(sweep_dir)
-        return cls(sweep_dir.parents[2], sweep_dir.name)
 
     @property
     def stop_cause(self) -> Path:

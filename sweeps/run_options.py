@@ -7,7 +7,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ssat.config import ConfigError, brief, shorten
+from ssat.config import ConfigError
+from ssat.messages import brief, shorten
 
 from .errors import UsageError
 from .spec import NAME_RE, Spec, parse_spec, read_yaml

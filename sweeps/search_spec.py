@@ -16,7 +16,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ssat.config import SECTIONS, brief, scale_epoch
+from ssat.config import SECTIONS
+from ssat.messages import brief
+from ssat.epoch_scaling import scale_epoch
 
 from .errors import check_keys
 from .space import check_space, corner_configs

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ssat.config import brief
+from ssat.messages import brief
 
 from .errors import SpecError, check_keys
 

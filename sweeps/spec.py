@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ssat.config import MAX_EPOCHS, Config, ConfigError, brief, from_dict, scale_epochs
+from ssat.config import Config, ConfigError, from_dict
+from ssat.config_checks import MAX_EPOCHS
+from ssat.messages import brief
+from ssat.epoch_scaling import scale_epochs
 from ssat.presets import preset
 
 from .errors import SpecError, check_keys

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ssat.config import brief
+from ssat.messages import brief
 
 from .errors import SpecError
 

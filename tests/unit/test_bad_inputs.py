@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from ssat.config import ConfigError, from_dict, parse_overrides, scale_epochs
+from ssat.config import ConfigError, from_dict, parse_overrides
+from ssat.epoch_scaling import scale_epochs
 from ssat.datasets import DataError, check_root, import_labeled_idx, load_arrays, make_split
 from ssat.evaluate import load_checkpoint_model
 from ssat.presets import preset

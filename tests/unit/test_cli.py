@@ -13,7 +13,8 @@ import torch
 from ssat import teacher as T
 from ssat import train as TR
 from ssat.cli import add_config_args, config_from_args
-from ssat.config import ConfigError, from_dict, scale_epochs
+from ssat.config import ConfigError, from_dict
+from ssat.epoch_scaling import scale_epochs
 from ssat.datasets import split_for
 from ssat.presets import preset
 

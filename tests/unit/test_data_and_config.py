@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from ssat.config import ConfigError, from_dict, scale_epochs
+from ssat.config import ConfigError, from_dict
+from ssat.epoch_scaling import scale_epochs
 from ssat.augment import augment
 from ssat.datasets import DataError, export_labeled_idx, import_labeled_idx, load_arrays, make_split
 from ssat.presets import preset

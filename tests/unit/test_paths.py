@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeps.paths import Paths, sweep_paths
+from sweeps.paths import sweep_paths
 
 
 def test_a_sweeps_files_are_spelled_in_one_place(tmp_path):
@@ -15,7 +15,6 @@ def test_a_sweeps_files_are_spelled_in_one_place(tmp_path):
         "spool": d / "tracking_spool.jsonl", "log_file": d / "sweep.log", "disk_reserve": d / "disk_reserve",
         "spec_file": d / "spec.json", "configs": d / "configs", "kept": d / "artifacts",
         "artifact_root": tmp_path.resolve() / "mlartifacts"}
-    assert Paths.of(str(d)) == p and Paths.of(d).spool == p.spool
 
 
 def test_the_sweeps_tracker_writes_its_experiment_with_the_folders_spool_and_artifact_root(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ssat.config import brief
+from ssat.messages import brief
 from sweeps.errors import SpecError
 from sweeps.spec_checks import MAX_EXPANDED
 from sweeps.spec_file import read_yaml

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from ssat.config import brief
+from ssat.messages import brief
 from sweeps.space import check_space, corner_configs, define_by_run, space_function
 from sweeps.search_spec import _int_field, _min_grace
 from sweeps.spec import Spec, SpecError, Trial, load_spec, parse_spec, read_yaml
@@ -836,7 +836,7 @@ def test_trial_counts_are_allowed_up_to_the_limit_and_refused_one_past_it(monkey
 
 
 def test_epochs_past_the_limit_are_refused():
-    from ssat.config import MAX_EPOCHS
+    from ssat.config_checks import MAX_EPOCHS
 
     assert parse_spec(GRID, epochs=MAX_EPOCHS).rescale == MAX_EPOCHS
     refused(GRID, f"--epochs: {MAX_EPOCHS + 1}; allowed: a positive integer up to {MAX_EPOCHS:,}",
