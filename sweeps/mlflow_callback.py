@@ -82,6 +82,33 @@ def _end_tags(last: dict, meta: dict) -> tuple[dict, str]:
                            "early)"}, "KILLED"
 
 
+def holds_everything(t: Tracker, key: str, meta: dict) -> bool:
+    """Whether the trial's run already holds all its epochs and its final evaluation (False when unsure:
+    operations still queued, or the store unreachable)."""
+    if t.queue:
+        return False
+    try:
+        rid = t.find_run(key)
+        metrics = t.client.get_run(rid).data.metrics if rid else {}
+    except Exception:
+        return False
+    epochs = int(meta.get("epochs") or 0)
+    evaluated = meta.get("stage") == "search" or any(k.startswith("test/") for k in metrics)
+    return bool(epochs) and metrics.get("time/epochs", 0) >= epochs and evaluated
+
+
+def kept_files(checkpoint, keep: Path) -> list[tuple[Path, str | None]]:
+    """A finished trial's last checkpoint files (ARTIFACTS) copied to `keep`, each with the artifact folder its run
+    gets it in: a download for remote storage, so what is uploaded is a copy."""
+    keep.mkdir(parents=True, exist_ok=True)
+    with checkpoint.as_directory() as d:
+        for name in ARTIFACTS:
+            if (Path(d) / name).exists():
+                shutil.copy2(Path(d) / name, keep / name)
+    return [(keep / name, "checkpoints" if name.endswith(("pt", "sha256")) else None)
+            for name in ARTIFACTS if (keep / name).exists()]
+
+
 class TrackingCallback(Callback):
     """Per result: find-or-create the trial's run by key, log the epoch; at the end, checkpoints as artifacts.
 
@@ -200,18 +227,9 @@ class TrackingCallback(Callback):
         last = trial.last_result or {}
         if "failed_reason" in last:
             return
-        ckpt = trial.checkpoint
-        if ckpt is not None:
-            keep = Path(self.sweep_dir) / KEPT / key
-            keep.mkdir(parents=True, exist_ok=True)
-            with ckpt.as_directory() as d:  # a download for remote storage: copy what we upload
-                for name in ARTIFACTS:
-                    if (Path(d) / name).exists():
-                        shutil.copy2(Path(d) / name, keep / name)
-            for name in ARTIFACTS:
-                if (keep / name).exists():
-                    self.tracker.log_artifact(key, keep / name,
-                                              "checkpoints" if name.endswith(("pt", "sha256")) else None)
+        if trial.checkpoint is not None:
+            for path, folder in kept_files(trial.checkpoint, Path(self.sweep_dir) / KEPT / key):
+                self.tracker.log_artifact(key, path, folder)
         tags, status = _end_tags(last, meta)
         self.tracker.set_tags(key, tags)
         self.tracker.end(key, status)
@@ -225,28 +243,13 @@ class TrackingCallback(Callback):
             print(f"[sweep] {meta['record'].name}: FAILED: {reason}", flush=True)
             if getattr(trial, "path", None):
                 reason = reason.replace(f"{str(trial.path).rstrip('/')}/", "")
-        if self._holds_everything(key, meta):
+        if holds_everything(self.tracker, key, meta):
             # e.g. a later attempt of a trial whose run a driver before had completed: it stays FINISHED
             self.tracker.set_tags(key, {"ssat.status": "FINISHED", "ssat.last_error": reason[:480]})
             self.tracker.end(key, "FINISHED")
             return
         self.tracker.set_tags(key, {"ssat.status": f"FAILED: {reason[:480]}"})
         self.tracker.end(key, "FAILED")
-
-    def _holds_everything(self, key: str, meta: dict) -> bool:
-        """Whether the trial's run already holds all its epochs and its final evaluation (False when unsure:
-        operations still queued, or the store unreachable)."""
-        t = self.tracker
-        if t.queue:
-            return False
-        try:
-            rid = t.find_run(key)
-            metrics = t.client.get_run(rid).data.metrics if rid else {}
-        except Exception:
-            return False
-        epochs = int(meta.get("epochs") or 0)
-        evaluated = meta.get("stage") == "search" or any(k.startswith("test/") for k in metrics)
-        return bool(epochs) and metrics.get("time/epochs", 0) >= epochs and evaluated
 
     @_guarded
     def on_experiment_end(self, trials, **info):
