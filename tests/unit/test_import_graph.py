@@ -102,3 +102,51 @@ def test_layers_point_one_way(pkg):
     banned = {"ssat": ("sweeps", "analysis"), "analysis": ("sweeps",)}[pkg]
     bad = sorted((m, t) for m, ts in g.items() if m.split(".")[0] == pkg for t in ts if t.split(".")[0] in banned)
     assert not bad, bad
+
+
+# The wings of sweeps/ (docs/architecture.md): the tracking side writes MLflow and knows nothing of Ray; the Tune side
+# (trials) never reaches back into the driver that runs it.
+TRACKING = ("sweeps.tracking", "sweeps.run_records", "sweeps.ui_link", "sweeps.provenance", "sweeps.paths")
+TRIALS = ("sweeps.tuners", "sweeps.trainable", "sweeps.trial_settings", "sweeps.progress_callback",
+          "sweeps.mlflow_callback", "sweeps.outcomes")
+DRIVER = ("sweeps.driver", "sweeps.interrupt", "sweeps.commands", "sweeps.run_options", "sweeps.demo", "sweeps.paper",
+          "sweeps.cli")
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every project module `start` imports, directly or through others (lazy imports included)."""
+    seen, todo = set(), [start]
+    while todo:
+        for n in graph.get(todo.pop(), ()):
+            if n not in seen:
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+def imports_ray(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "ray":
+            return True
+    return False
+
+
+@pytest.mark.parametrize("mod", TRACKING)
+def test_the_tracking_side_imports_no_ray(mod):
+    modules = _modules()
+    with_ray = sorted(m for m in {mod} | reached(import_graph(), mod) if imports_ray(modules[m]))
+    assert with_ray == [], f"{mod} reaches Ray through {with_ray}"
+
+
+@pytest.mark.parametrize("mod", TRIALS)
+def test_the_trials_never_import_the_driver(mod):
+    assert sorted(reached(import_graph(), mod) & set(DRIVER)) == []
+
+
+def test_the_wing_checks_can_fail(tmp_path):
+    assert imports_ray(ROOT / "sweeps" / "resources.py")
+    assert "sweeps.driver" in reached(import_graph(), "sweeps.demo")
+    (tmp_path / "m.py").write_text("from ray.tune import Callback\n")
+    assert imports_ray(tmp_path / "m.py")
