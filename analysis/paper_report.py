@@ -57,6 +57,7 @@ class Part:
     stages: tuple[str, ...] | None = None   # the stages its tables read (("demo",) for the demo's sweep)
     setup: str = ""             # the CPU-sized caption appended to each caption
     wall_seconds: float | None = None       # how long its sweep took (None: not run in this invocation)
+    reads: str = ""                         # the part whose runs it reads instead of a sweep of its own
     trained: int = 0            # trials it trained
     reused: int = 0             # trials it took from another sweep's finished runs
 
@@ -314,8 +315,9 @@ def section_text(label: str, out: PartOut, tables: list[TableOut], first: bool, 
     if out.not_run:
         lines += [f"**Not run**: {out.not_run}", ""]
     if first:
+        took = f"none (it reads {part.reads}'s runs)" if part.reads else duration(part.wall_seconds)
         lines += [f"Sweep: {', '.join(f'`{e}`' for e in part.experiments) or '-'} · wall time "
-                  f"{duration(part.wall_seconds)} · trials trained {part.trained}, reused {part.reused}", ""]
+                  f"{took} · trials trained {part.trained}, reused {part.reused}", ""]
     files = _files_line(out, tables, root, first)
     lines += [files, ""] if files else []
     for t in tables:
@@ -331,29 +333,33 @@ def _counts(outs: list[PartOut]) -> str:
     return f"{len(verdicts)} verdicts: " + ", ".join(f"{n} {k}" for k, n in found.items())
 
 
-def header_text(outs: list[PartOut], machine: str, date: str) -> str:
-    """The top of the index: machine, date, total time and trials, what this is, and the claims in numbers."""
+def header_text(outs: list[PartOut], machine: str, date: str, steps: dict | None = None) -> str:
+    """The top of the index: machine, date, the parts' sweeps' wall time and that of the `steps` after them
+    ({"AutoAttack": seconds}), the trials, what this is, and the claims in numbers."""
     parts = [o.part for o in outs]
     timed = [p.wall_seconds for p in parts if p.wall_seconds is not None]
-    untimed = len(parts) - len(timed)
+    untimed = len([p for p in parts if p.wall_seconds is None and not p.reads])
     total = duration(sum(timed)) if timed else "none measured"
+    after = "".join(f", {name} {duration(s)}" for name, s in (steps or {}).items())
     ran = [o.part.name for o in outs if not o.not_run]
     return "\n".join([
         "# The paper in miniature: SSAT-MBI on MNIST-5k", "",
-        f"Machine: {machine} · date: {date} · total wall time {total}"
-        + (f" ({untimed} part{'s' if untimed != 1 else ''} not run in this invocation)" if untimed else "")
+        f"Machine: {machine} · date: {date} · wall time: the parts' sweeps {total}"
+        + (f" ({untimed} part{'s' if untimed != 1 else ''} not run in this invocation)" if untimed else "") + after
         + f" · trials trained {sum(p.trained for p in parts)}, reused {sum(p.reused for p in parts)}", "",
         STATEMENT, "",
         f"Parts with runs: {', '.join(ran) or 'none'}; not run: "
         f"{', '.join(o.part.name for o in outs if o.not_run) or 'none'}. Claims: {_counts(outs)}.", ""]) + "\n"
 
 
-def write_report(parts: list[Part], out_dir, tracking_uri: str | None, machine: str, date: str) -> Path:
-    """Write every part's files under `out_dir` and the one-page index; the index's path."""
+def write_report(parts: list[Part], out_dir, tracking_uri: str | None, machine: str, date: str,
+                 steps: dict | None = None) -> Path:
+    """Write every part's files under `out_dir` and the one-page index (`steps`: the wall time of what ran after
+    the sweeps, by name); the index's path."""
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     outs = [write_part(part, root, tracking_uri) for part in parts]
     body = [section_text(label, out, tables, first, root) for label, out, tables, first in sections(outs)]
     index = root / "index.md"
-    index.write_text(header_text(outs, machine, date) + "\n".join(body))
+    index.write_text(header_text(outs, machine, date, steps) + "\n".join(body))
     return index

@@ -178,10 +178,14 @@ def finish(parts: list[PaperPart], work: dict, workdir: Path, timings: dict, t0:
     states = {p: SweepState.load(sweep_paths(workdir, n)) for p, n in names.items()}
     uri = next(iter(states.values())).tracking_uri
     t1 = time.perf_counter()
-    run_autoattack(uri, list(names.values()), *autoattack, workdir, log)
-    timings["autoattack"] = {"wall_s": round(time.perf_counter() - t1, 1)}
+    if run_autoattack(uri, list(names.values()), *autoattack, workdir, log):  # a rerun that attacks nothing keeps
+        timings["autoattack"] = {"wall_s": round(time.perf_counter() - t1, 1)}  # the time of the one that did
+        path, _ = _timings(workdir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(timings, indent=1))
     report = [_report_part(p, work, names, states, timings, Part, autoattack) for p in parts]
-    index = write_report(report, workdir / "outputs" / "paper", uri, machine(), time.strftime("%Y-%m-%d"))
+    steps = {"AutoAttack": timings["autoattack"]["wall_s"]} if "autoattack" in timings else {}
+    index = write_report(report, workdir / "outputs" / "paper", uri, machine(), time.strftime("%Y-%m-%d"), steps)
     log(f"[paper] done in {duration(time.perf_counter() - t0)}: {index}")
     return 0
 
@@ -204,4 +208,5 @@ def _report_part(p: PaperPart, work: dict, names: dict, states: dict, timings: d
                 figures=list(p.figures), stages=p.stages,
                 setup=setup_text(attacked(spec.trials()[0].config, *autoattack)),
                 wall_seconds=None if p.reads else timings.get(p.name, {}).get("wall_s"),
-                trained=0 if p.reads else work[source]["trials"] - reused, reused=0 if p.reads else reused)
+                trained=0 if p.reads else work[source]["trials"] - reused, reused=0 if p.reads else reused,
+                reads=p.reads or "")

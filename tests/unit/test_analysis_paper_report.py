@@ -108,8 +108,8 @@ def test_the_index_is_in_the_papers_order_and_every_link_is_a_file(report):
 def test_the_header_says_where_when_how_long_and_what_this_is(report):
     text = report[1].read_text()
     head = text.split("\n## ")[0]
-    assert "Machine: test machine (2 cores) · date: 2026-11-29 · total wall time 5.0 min (1 part not run in this " \
-           "invocation) · trials trained 14, reused 2" in head
+    assert "Machine: test machine (2 cores) · date: 2026-11-29 · wall time: the parts' sweeps 5.0 min (1 part not " \
+           "run in this invocation) · trials trained 14, reused 2" in head
     assert "MNIST-5k" in head and "cnn-small" in head and "no cell here is a paper cell" in head
     assert "Parts with runs: table2, table1; not run: fig4." in head
     table2 = text.split("## Table 2: the ablation")[1].split("\n## ")[0]
@@ -207,3 +207,16 @@ def test_the_paper_beside_ours_per_group_and_none_for_a_figure():
     assert paper_beside(beta) == "The paper prints no numbers for Fig. 4: nothing to set beside ours.\n"
     scaled = built("schedules", {"Linear-42/70ep": {"clean": [90.0, 90.2]}})
     assert "| Linear-60 | 90.10 (0.14) | 83.85 |" in paper_beside(scaled)  # t 42 of 70 epochs: the paper's Linear-60
+
+
+def test_the_header_adds_the_steps_after_the_sweeps_and_a_reading_part_is_not_untimed():
+    from analysis.paper_report import header_text
+
+    outs = [PartOut(Part("table1", "Table 1", ["a"], [], [], wall_seconds=300.0, trained=4), None),
+            PartOut(Part("table5", "Table 5", ["a"], [], [], reads="table1"), None),
+            PartOut(Part("fig4", "Fig. 4", ["b"], [], [], wall_seconds=60.0, trained=2, reused=1), None)]
+    head = header_text(outs, "m", "d", {"AutoAttack": 150.0})
+    assert "Machine: m · date: d · wall time: the parts' sweeps 6.0 min, AutoAttack 2.5 min · trials trained 6, " \
+           "reused 1" in head
+    outs[2] = PartOut(Part("fig4", "Fig. 4", ["b"], [], []), None)
+    assert "the parts' sweeps 5.0 min (1 part not run in this invocation) · trials" in header_text(outs, "m", "d")

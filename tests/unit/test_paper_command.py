@@ -2,6 +2,8 @@
 the miniature specs all on the demo's protocol (the same overrides, so a shared configuration is one run)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -151,8 +153,9 @@ def test_each_parts_report_entry_counts_its_own_trials_and_table5_reads_table1s(
     assert (t1.name, t1.experiments, t1.tables, t1.figures, t1.stages) == (
         "table1", ["mnist5k-paper-table1"], ["main"], [], None)
     assert (t1.wall_seconds, t1.trained, t1.reused) == (12.5, 10 - 3, 3)
-    assert (t5.name, t5.experiments, t5.wall_seconds, t5.trained, t5.reused) == (
-        "table5", ["mnist5k-paper-table1"], None, 0, 0)
+    assert (t5.name, t5.experiments, t5.wall_seconds, t5.trained, t5.reused, t5.reads) == (
+        "table5", ["mnist5k-paper-table1"], None, 0, 0, "table1")
+    assert t1.reads == f4.reads == ""
     assert (f4.figures, f4.wall_seconds, f4.trained, f4.reused) == (["beta"], None, 8, 2)
     assert t5.title == "Table 5: training time" and t5.setup == t1.setup
     assert t1.setup.endswith("AutoAttack: the first 50 test images, seeds 0, 1's best checkpoint")
@@ -170,15 +173,21 @@ def test_finish_attacks_every_parts_sweep_once_then_writes_the_report_with_the_a
     _state(tmp_path, "mnist5k-paper-table1", "done")
     _state(tmp_path, "mnist5k-paper-fig4", "done")
     attacked_with, reported = [], []
-    monkeypatch.setattr(subset, "run_autoattack", lambda *a: attacked_with.append(a) or 0)
+    monkeypatch.setattr(subset, "run_autoattack", lambda *a: attacked_with.append(a) or 3)
     monkeypatch.setattr(paper_report, "write_report", lambda *a: reported.append(a) or tmp_path / "index.md")
     timings, lines = {}, []
     assert finish(parts, work, tmp_path, timings, time.perf_counter(), ((0, 1), 50), lines.append) == 0
     (uri, experiments, seeds, images, workdir, _), = attacked_with
     assert (uri, experiments, seeds, images, workdir) == (
         "sqlite:///x.db", ["mnist5k-paper-table1", "mnist5k-paper-fig4"], (0, 1), 50, tmp_path)
-    (report, out, uri2, _, date), = reported
+    (report, out, uri2, _, date, steps), = reported
     assert [p.name for p in report] == ["table1", "table5", "fig4"] and out == tmp_path / "outputs" / "paper"
     assert uri2 == "sqlite:///x.db" and date == time.strftime("%Y-%m-%d")
-    assert set(timings) == {"autoattack"} and timings["autoattack"]["wall_s"] >= 0
+    assert set(timings) == {"autoattack"} and steps == {"AutoAttack": timings["autoattack"]["wall_s"]} != {}
+    saved = json.loads((tmp_path / "runs" / "paper" / "timings.json").read_text())
+    assert saved == timings  # kept for a rerun, which attacks nothing
+    monkeypatch.setattr(subset, "run_autoattack", lambda *a: 0)
+    reported.clear()
+    assert finish(parts, work, tmp_path, saved, time.perf_counter(), ((0, 1), 50), lines.append) == 0
+    assert reported[0][5] == {"AutoAttack": timings["autoattack"]["wall_s"]}  # the time of the run that attacked
     assert lines[-1].startswith("[paper] done in ") and lines[-1].endswith(f": {tmp_path / 'index.md'}")
