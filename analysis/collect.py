@@ -223,7 +223,8 @@ def _mlflow_record(run, experiment: str) -> dict:
     return rec
 
 
-# What a reference run (`ssat.reuses`: a trial a sweep took from another sweep's finished run, sweeps.reuse) says of
+# What a reference run (`ssat.reuses`: a trial a sweep took from another sweep's finished run, sweeps.driver.reuse)
+# says of
 # itself; everything else (its parameters, metrics, protocol records, history) is read from the run it names.
 REFERENCE_IDENTITY = ("experiment", "run_name", "parent_run_id", "meta.kind", "meta.key", "meta.sweep", "meta.stage",
                       "meta.table", "meta.row", "meta.column_group", "meta.expected_seeds", "meta.label",

@@ -3,7 +3,7 @@
     python -m analysis.importance --experiment NAME [--epoch E] [--metric KEY] [--mode max|min] [--out DIR]
         [--tracking-uri URI] [--storage URL --study NAME]
 
-The sweep driver keeps each search's Optuna study on disk (sweeps/study.py): its storage and name are the tags
+The sweep driver keeps each search's Optuna study on disk (sweeps/trials/study.py): its storage and name are the tags
 ``ssat.optuna_storage`` and ``ssat.optuna_study`` of the sweep's parent run in MLflow (``--storage URL --study
 NAME`` instead, for a storage whose URL needs its password). This reads that study, never writes it, computes fANOVA
 importance (Optuna's FanovaImportanceEvaluator, seed 0), prints a table and writes the bar plot
@@ -87,7 +87,8 @@ def study_location(runs: pd.DataFrame, experiment: str) -> tuple[str, str]:
     tagged = parents[parents.get("meta.optuna_storage", pd.Series(index=parents.index, dtype=object)).notna()]
     if tagged.empty:
         raise ImportanceError(f"experiment {experiment!r}: its sweep run names no Optuna study (no tag "
-                              "ssat.optuna_storage): the search ran before the sweep kept its study (sweeps/study.py), "
+                              "ssat.optuna_storage): the search ran before the sweep kept its study "
+                              "(sweeps/trials/study.py), "
                               "or the sweep is a grid. Re-run the search to read its importance, or pass --storage URL "
                               "--study NAME of a study kept elsewhere")
     names = tagged.get("meta.optuna_study", pd.Series(index=tagged.index, dtype=object))
@@ -131,7 +132,7 @@ def study_space(study: optuna.Study) -> dict:
     """The search space the sweep recorded on its study (with `when`)."""
     if "space" not in study.user_attrs:
         raise ImportanceError(f"study {study.study_name!r} has no `space` attribute: it was not kept by the sweep "
-                              "driver (sweeps/study.py)")
+                              "driver (sweeps/trials/study.py)")
     return json.loads(study.user_attrs["space"])
 
 

@@ -1,4 +1,5 @@
-"""The run record's shared names (docs/tracking.md), defined once for its writer (sweeps/tracking.py), its readers
+"""The run record's shared names (docs/tracking.md), defined once for its writer (sweeps/tracking/tracker.py), its
+readers
 (analysis/collect.py, the slow tier's checks) and the store tools (clusters/migrate_store.py); no torch, no Ray,
 no pandas, so any of them imports it for nothing.
 

@@ -19,7 +19,7 @@
 #      after the other, each read back from the store (benchmarks/gpu_sweep_report.py); nvidia-smi's process list
 #      sampled meanwhile.
 # SECTIONS="1 2 5 6 7" runs only those (a short device session); TEACHERS, SMOKE_SPECS and EVAL_ARGS narrow (6),
-# (7) and (5). JSON lines on stdout (the formats sweeps/dryrun.py reads), all of it also in $OUT/device.log; copy the
+# (7) and (5). JSON lines on stdout (the formats sweeps/costs/dryrun.py reads), all of it also in $OUT/device.log; copy the
 # files of $OUT into benchmarks/results/ (named <gpu>-<date>-...).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled

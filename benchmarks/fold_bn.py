@@ -28,7 +28,7 @@ from ssat.config import from_dict  # noqa: E402
 from ssat.epoch_scaling import scale_epochs  # noqa: E402
 from ssat.presets import preset  # noqa: E402
 from ssat.train import Trainer  # noqa: E402
-from sweeps.measure import random_teacher  # noqa: E402
+from sweeps.costs.measure import random_teacher  # noqa: E402
 
 
 def one(model: str, fold: str, n_unlabeled: int, folder: Path) -> dict:

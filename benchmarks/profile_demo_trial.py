@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ssat.config import parse_overrides  # noqa: E402
 from ssat.train import Trainer  # noqa: E402
-from sweeps.measure import random_teacher  # noqa: E402
+from sweeps.costs.measure import random_teacher  # noqa: E402
 from sweeps.spec import load_spec  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[1] / "sweeps" / "specs" / "mnist5k-demo.yaml"

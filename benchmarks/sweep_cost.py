@@ -16,7 +16,7 @@ which is what a trial pays before it trains at full speed, compile or cache load
 in TF32: clean, PGD-10/20/40 (ssat.evaluate's attack) and APGD-CE, then standard AutoAttack on `--aa-n` images
 with each of its attacks timed; the robust accuracy of each, so the TF32 choice can be checked against fp32.
 
-Every record is a JSON line in the format sweeps/costs.py reads. A CPU run is a smoke test, never a measurement.
+Every record is a JSON line in the format sweeps/costs/model.py reads. A CPU run is a smoke test, never a measurement.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from ssat.evaluate import (autoattack_accuracy, first_test_images, fp32_precisio
 from ssat.presets import preset  # noqa: E402
 from ssat.train import Trainer  # noqa: E402
 from ssat.synthetic import write_cifar10  # noqa: E402
-from sweeps.measure import CIFAR10_EPOCH, engine_mode, random_teacher  # noqa: E402
+from sweeps.costs.measure import CIFAR10_EPOCH, engine_mode, random_teacher  # noqa: E402
 
 
 

@@ -1,11 +1,12 @@
 """How many trial results a second the driver's tracking sustains, and what it costs the driver, on PostgreSQL and
 on SQLite.
 
-A sweep's results go through the real Tune callback (sweeps.mlflow_callback.TrackingCallback) and the real Tracker
+A sweep's results go through the real Tune callback (sweeps.trials.mlflow_callback.TrackingCallback) and the real
+Tracker
 into a real `mlflow server --workers 1` on 127.0.0.1 (tests/servers.py), whose store is a PostgreSQL database (a
 throwaway cluster, tests/servers.PostgresServer) or a SQLite file. The trials are stand-ins for Tune's Trial objects
-carrying the real trial settings (sweeps/trial_settings.py: Table 1's grid, seeds added until there are enough
-trials), and every result is shaped like the trainable's (`sweeps/trainable.py`: the epoch's metrics, `run_json`,
+carrying the real trial settings (sweeps/trials/trial_settings.py: Table 1's grid, seeds added until there are enough
+trials), and every result is shaped like the trainable's (`sweeps/trials/trainable.py`: the epoch's metrics, `run_json`,
 `repro_json`, the final evaluation and its protocol tags at the last epoch). Three phases per store:
 
   start      Tune starts every trial (on_trial_start): the run is made, its params, tags and config.json
@@ -51,9 +52,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from sweeps.mlflow_callback import TrackingCallback  # noqa: E402
+from sweeps.trials.mlflow_callback import TrackingCallback  # noqa: E402
 from sweeps.spec import load_spec  # noqa: E402
-from sweeps.trial_settings import grid_space  # noqa: E402
+from sweeps.trials.trial_settings import grid_space  # noqa: E402
 from tests.servers import MlflowServer, PostgresServer, postgres_missing  # noqa: E402
 
 SPEC = ROOT / "sweeps" / "specs" / "paper-table1-main.yaml"
@@ -132,7 +133,7 @@ def checkpoint_folder(root: Path, mb: float) -> Path:
 
 
 def result_of(trial: BenchTrial, epoch: int, epochs: int, names: list[str], t0: float) -> dict:
-    """One report as the trainable makes it (sweeps/trainable.py), with Tune's own keys."""
+    """One report as the trainable makes it (sweeps/trials/trainable.py), with Tune's own keys."""
     rnd = (hash((trial.trial_id, epoch)) % 10_000) / 10_000
     result = {name: rnd + i + epoch / 1000 for i, name in enumerate(names)}
     repro = {"git_commit": EXTRA["git_commit"], "git_dirty": False, "lock_sha256": EXTRA["lock_sha256"],

@@ -10,7 +10,7 @@ SSAT_FAULT holds comma-separated specs `KIND@EPOCH[:STEP][/seed=N][/node=HOST]`:
   exit_after_checkpoint@2   kill the process right after epoch 2's checkpoint is written
   nan@2                     make epoch 2's loss NaN (a diverging trial)
   end@2                     a sweep's trial returns right after reporting epoch 2, as if Tune had completed it
-                            before its last epoch (sweeps.trainable; a resume continues it)
+                            before its last epoch (sweeps.trials.trainable; a resume continues it)
 `/seed=N` restricts a fault to the run with that seed, `/node=HOST` to runs on the host named HOST.
 With SSAT_FAULT_ONCE_DIR set, each fault fires once per run: a marker file there (`<spec>-<run key>`, '/'
 and ':' replaced by '_', run key as `run_key` makes it) records it, so a retried trial goes on, and a test can wait for
@@ -35,7 +35,7 @@ class InjectedFault(RuntimeError):
 
 def run_key(config_hash: str, seed: int) -> str:
     """A run's key, `<config hash>-s<seed>`: the fault markers name runs by it, and a sweep's trial key
-    (sweeps/run_records.py) is it with the sweep in front and the stage behind."""
+    (sweeps/tracking/run_records.py) is it with the sweep in front and the stage behind."""
     return f"{config_hash}-s{seed}"
 
 

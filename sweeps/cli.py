@@ -30,13 +30,13 @@ HELP = {"resume": "finish an interrupted sweep", "status": "list the sweeps, or 
 # Errors a person can fix, as (module, class): printed as one line with exit code 2. Matched only in modules
 # already imported: an error of a module never imported cannot have been raised, and importing it would cost.
 USER_ERRORS = (("ssat.config", "ConfigError"), ("sweeps.errors", "SweepError"), ("ssat.datasets", "DataError"),
-               ("ssat.pseudo_labels", "PseudoLabelError"), ("sweeps.tracking", "TrackingUnavailable"))
+               ("ssat.pseudo_labels", "PseudoLabelError"), ("sweeps.tracking.tracker", "TrackingUnavailable"))
 
 
 def _run_args(args):
     from ssat.config import parse_overrides
 
-    from .driver import RunArgs
+    from .driver.sweep import RunArgs
 
     return RunArgs(epochs=args.epochs, seeds=args.seeds, sets=parse_overrides(args.set or []), cpu_only=args.cpu_only,
                    max_concurrent=args.max_concurrent, data_root=args.data_root, address=args.address,
@@ -50,15 +50,15 @@ def cmd_run(args) -> int:
     read_yaml(args.spec)  # a file that cannot be a spec is refused before torch, Ray or MLflow are imported
     gpu = None
     if args.gpu is not None:  # a GPU name no measurement has is refused before any other work
-        from .dryrun import gpu_choice
+        from .costs.dryrun import gpu_choice
 
         gpu = gpu_choice(args.gpu)
-    from .driver import run_sweep
-    from .run_options import load_run_spec
+    from .driver.sweep import run_sweep
+    from .driver.run_options import load_run_spec
 
     run = _run_args(args)
     if args.dry_run:
-        from .dryrun import dry_run
+        from .costs.dryrun import dry_run
 
         spec = load_run_spec(args.spec, run)
         dry_run(spec, verbose=args.verbose, gpu=gpu, json_path=args.json, spec_path=args.spec,
@@ -72,9 +72,9 @@ def _would_reuse(spec, args) -> dict:
     store not there yet: none)."""
     from mlflow.tracking import MlflowClient
 
-    from .provenance import code_version
-    from .reuse import find, records
-    from .tracking import resolve_uri, sqlite_path
+    from .tracking.provenance import code_version
+    from .driver.reuse import find, records
+    from .tracking.tracker import resolve_uri, sqlite_path
 
     uri = resolve_uri(args.tracking_uri, args.workdir)
     if not spec.grid or (sqlite_path(uri) is not None and not sqlite_path(uri).exists()):
@@ -88,7 +88,7 @@ def _would_reuse(spec, args) -> dict:
 
 
 def cmd_resume(args) -> int:
-    from .driver import resume_sweep
+    from .driver.sweep import resume_sweep
 
     return resume_sweep(args.name, workdir=args.workdir, rerun_failed=args.rerun_failed, address=args.address,
                         tracking_uri=args.tracking_uri, command=args.command)
@@ -100,20 +100,20 @@ def cmd_status(args) -> int:
 
         print(sweeps_table(args.workdir))
         return 0
-    from .commands import sweep_status
+    from .driver.commands import sweep_status
 
     print(sweep_status(args.name, workdir=args.workdir))
     return 0
 
 
 def cmd_stop(args) -> int:
-    from .commands import stop_sweep
+    from .driver.commands import stop_sweep
 
     return stop_sweep(args.name, workdir=args.workdir)
 
 
 def cmd_sync(args) -> int:
-    from .commands import sync_sweep
+    from .driver.commands import sync_sweep
 
     return sync_sweep(args.name, workdir=args.workdir, timeout=args.timeout, command=args.command)
 
@@ -131,7 +131,7 @@ def cmd_paper(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibrate import run_calibrate
+    from .costs.calibrate import run_calibrate
 
     return run_calibrate(args)
 
@@ -244,7 +244,7 @@ def _name_parsers(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """Every command and option; imports nothing but the standard library (and calibrate's parser, as light)."""
-    from .calibrate import add_parser as add_calibrate
+    from .costs.calibrate import add_parser as add_calibrate
 
     ap = argparse.ArgumentParser(prog="python -m sweeps", description="Ray Tune sweeps of SSAT-MBI, tracked in MLflow.",
                                  epilog="examples (`python -m sweeps COMMAND --help` for each):\n  "

@@ -22,11 +22,11 @@ from pathlib import Path
 from ssat.config import Config, parse_overrides
 from ssat.datasets import DATASET_INFO
 
-from .driver import RunArgs, SweepState, resume_sweep, run_sweep
+from .driver.sweep import RunArgs, SweepState, resume_sweep, run_sweep
 from .errors import SweepError
 from .paths import sweep_paths
-from .tracking import Tracker
-from .ui_link import ui_url
+from .tracking.tracker import Tracker
+from .tracking.ui_link import ui_url
 
 SPEC = Path(__file__).parent / "specs" / "mnist5k-demo.yaml"
 TRIALS = "tags.`ssat.kind` = 'trial' and tags.`ssat.stage` = '{stage}'"

@@ -10,7 +10,7 @@ runs, in miniature on MNIST-5k, in one command.
     fig4       Fig. 4, beta                         sweeps/specs/mnist5k-paper-fig4.yaml
     fig5       Fig. 5, initial rho                  sweeps/specs/mnist5k-paper-fig5.yaml
 
-Each part is a sweep of its own in one working folder and store, run with `--reuse` (sweeps.reuse): a trial of
+Each part is a sweep of its own in one working folder and store, run with `--reuse` (sweeps.driver.reuse): a trial of
 the same config hash and seed as a finished one (SSAT-MBI's defaults are five parts' rows) is trained once, and
 the teachers are made once (one split, one teacher cache). Then AutoAttack on the first 50 test images of every
 trial of seeds 0 and 1 (sweeps.subset_autoattack; --autoattack-images, --autoattack-seeds), and the report: every table
@@ -112,9 +112,9 @@ def run_part(part: PaperPart, work: dict, workdir: Path, later_epochs: int, log=
     import torch
 
     from .demo import gpu_plan
-    from .driver import RunArgs, SweepState, resume_sweep, run_sweep
+    from .driver.sweep import RunArgs, SweepState, resume_sweep, run_sweep
     from .paths import sweep_paths
-    from .progress_callback import outer_job
+    from .trials.progress_callback import outer_job
 
     spec = work["spec"]
     paths = sweep_paths(workdir, spec.name)
@@ -134,7 +134,7 @@ def run_part(part: PaperPart, work: dict, workdir: Path, later_epochs: int, log=
 
 
 def run_paper(args, log=print) -> int:
-    from .progress_callback import duration
+    from .trials.progress_callback import duration
 
     workdir = Path(args.workdir).resolve()
     parts = chosen(args.only)
@@ -169,9 +169,9 @@ def finish(parts: list[PaperPart], work: dict, workdir: Path, timings: dict, t0:
     """AutoAttack on the subset, then the report (analysis.paper_report) under outputs/paper."""
     from analysis.paper_report import Part, write_report
 
-    from .driver import SweepState
+    from .driver.sweep import SweepState
     from .paths import sweep_paths
-    from .progress_callback import duration
+    from .trials.progress_callback import duration
     from .subset_autoattack import run_autoattack
 
     names = {p.name: work[p.name]["spec"].name for p in parts if p.name in work}

@@ -1,13 +1,12 @@
 """Where a sweep lives on disk: the one module that spells a sweep folder's files (docs/architecture.md lists them
 with their writers), and builds the sweep's Tracker from them.
 
-    <workdir>/runs/sweeps/<name>/sweep.json     the driver's state (sweeps.driver.SweepState)
+    <workdir>/runs/sweeps/<name>/sweep.json     the driver's state (sweeps.driver.sweep.SweepState)
     <workdir>/runs/sweeps/<name>/tune/<stage>   Ray Tune's experiment folders
     <workdir>/runs/teachers                     the teacher cache (or $SSAT_TEACHER_DIR)
 """
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ class Paths:
 
     @property
     def spool(self) -> Path:
-        """The tracking operations a store did not take yet (sweeps.tracking; `sync` replays them)."""
+        """The tracking operations a store did not take yet (sweeps.tracking.tracker; `sync` replays them)."""
         return self.sweep_dir / SPOOL
 
     @property
@@ -51,7 +50,7 @@ class Paths:
 
     @property
     def disk_reserve(self) -> Path:
-        """The ballast that keeps room for a stop (sweeps.disk)."""
+        """The ballast that keeps room for a stop (sweeps.driver.disk)."""
         return self.sweep_dir / "disk_reserve"
 
     @property
@@ -77,7 +76,7 @@ class Paths:
     def tracker(self, uri: str, log=print):
         """The sweep's writer of `uri`: its experiment, the work folder's artifact root, its spool (a new Tracker
         adopts a dead driver's journal and spool)."""
-        from .tracking import Tracker
+        from .tracking.tracker import Tracker
 
         return Tracker(uri, self.name, artifact_root=self.artifact_root, spool=self.spool, log=log)
 
@@ -137,23 +136,3 @@ def sweeps_table(workdir: str | Path) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, width)) + "  " + r[3] for r in rows]
     return "\n".join([f"{len(found)} sweep(s) in {root}:", *lines,
                       "(`python -m sweeps status NAME` for one sweep's stages, driver and trials)"])
-
-
-def missing_sweep(p: Paths) -> str:
-    """Why a sweep has no state (SweepState.load): a folder without sweep.json is a run that stopped before writing
-    it (or is writing it now); else no such sweep, with the nearest names and the list."""
-    from .driver_lock import inspect
-
-    if p.sweep_dir.is_dir():
-        lock, verdict = inspect(p.sweep_dir)
-        if lock is not None and verdict.live:
-            return (f"sweep {p.name} is starting (driver pid {lock.pid}: `{lock.command}`) and has not written its "
-                    "state yet; try again in a moment")
-        again = lock.command if lock is not None else f"python -m sweeps run SPEC --name {p.name} --workdir {p.workdir}"
-        return (f"sweep {p.name} never started (stopped before its state was written: no sweep.json in "
-                f"{p.sweep_dir}); run it again with `{again}`")
-    root, names = p.workdir / "runs" / "sweeps", [s["name"] for s in list_sweeps(p.workdir)]
-    near = difflib.get_close_matches(p.name, names, n=3, cutoff=0.6)
-    shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
-    return (f"no sweep named {brief(p.name)} in {root}" + (f"; nearest: {', '.join(near)}" if near else "")
-            + (f"; all: {shown}" if names else "; it has none (`python -m sweeps run SPEC` starts one)"))

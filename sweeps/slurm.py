@@ -27,7 +27,7 @@ from typing import Mapping
 
 from ssat.config import ConfigError
 
-from .driver_lock import Host, hold, inspect, signal_holder
+from .driver.lock import Host, hold, inspect, signal_holder
 from .errors import SweepError
 
 CPU_VARS = ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE")
@@ -105,8 +105,8 @@ def plan(argv: list[str], workdir: str | Path, env: Mapping[str, str], log=print
     """What the job does with `run SPEC ...` or `resume NAME ...` (the template's arguments): the spec and options
     are checked as `python -m sweeps` would, then the allocation against one trial of the spec."""
     from .cli import _run_args, build_parser, check_args
-    from .driver import SweepState, finished_message
-    from .run_options import load_run_spec
+    from .driver.sweep import SweepState, finished_message
+    from .driver.run_options import load_run_spec
     from .paths import sweep_paths
 
     if not argv or argv[0] not in ("run", "resume"):
@@ -141,9 +141,9 @@ def plan(argv: list[str], workdir: str | Path, env: Mapping[str, str], log=print
 def settle(name: str, workdir: str | Path, why: str, grace: float = 10.0, log=print) -> int:
     """Leave a sweep whose job SLURM is ending as a Ctrl+C would (see the module doc); 0 when every operation
     reached the store, 1 when some are spooled for `python -m sweeps sync`."""
-    from .driver import SweepState, _end_left_running, resume_command
+    from .driver.sweep import SweepState, _end_left_running, resume_command
     from .paths import sweep_paths
-    from .run_records import sweep_key
+    from .tracking.run_records import sweep_key
 
     paths = sweep_paths(workdir, name)
     if not paths.state.exists():

@@ -41,7 +41,7 @@ from .errors import SpecError, check_keys
 from .spec_file import read_yaml
 from .spec_checks import (MAX_DESCRIPTION, MAX_SEEDS, MAX_TRIALS, int_in, is_integer, is_number,
                           spec_error, text_of, up_to)
-from .run_records import spec_meta
+from .tracking.run_records import spec_meta
 
 SPEC_KEYS = {"name", "preset", "table", "column_group", "overrides", "epochs", "seeds", "resources", "max_concurrent",
              "metric", "mode", "grid", "search", "stage", "description", "expected_seeds"}
@@ -54,7 +54,8 @@ class Trial:
     row: str
     stage: str
     seed: int
-    # meta entries of its own: a grid trial's epochs and t before --epochs (sweeps.run_records.spec_meta), a confirm
+    # meta entries of its own: a grid trial's epochs and t before --epochs (sweeps.tracking.run_records.spec_meta), a
+    # confirm
     # trial's search rank and sampled values (`confirms`: its name and label say which configuration it confirms)
     spec_meta: dict = field(default_factory=dict)
 
@@ -104,7 +105,7 @@ class Spec:
         return _config(self, sampled, seed, where="sampled configuration")
 
     def confirm_trials(self, configs: list[dict]) -> list[Trial]:
-        """The confirm stage: each sampled configuration the search passed on (`sweeps.outcomes.top_configs`),
+        """The confirm stage: each sampled configuration the search passed on (`sweeps.trials.outcomes.top_configs`),
         once per confirm seed."""
         seeds = self.search["confirm"]["seeds"]
         return [Trial(self.config_for(c, s), f"confirm-{i + 1}", "confirm", s,

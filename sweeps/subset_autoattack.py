@@ -2,7 +2,7 @@
 runs as their own final evaluation would have logged it (protocol subset `first<N>`: never a paper cell). The
 attack of one checkpoint (`autoattack_checkpoint`) is `ssat.evaluate`'s, shared with the demo's AutoAttack step.
 
-The runs are read through the tracking store (MlflowClient), a reference run (a reused trial, sweeps.reuse) as
+The runs are read through the tracking store (MlflowClient), a reference run (a reused trial, sweeps.driver.reuse) as
 the run it names, and each checkpoint comes from the run's artifacts with its SHA-256 checked before it is loaded.
 A run that has the result already is skipped (first write wins), so a rerun adds nothing and a stage cut by Ctrl+C
 goes on where it stopped. The runs are attacked in worker processes, one per core with one torch thread each (on 2
@@ -19,8 +19,8 @@ from pathlib import Path
 from ssat.config import Config, from_dict
 
 from .paths import sweep_paths
-from .progress_callback import duration
-from .tracking import Tracker
+from .trials.progress_callback import duration
+from .tracking.tracker import Tracker
 
 
 @dataclass(frozen=True)

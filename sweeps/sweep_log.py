@@ -1,6 +1,6 @@
 """The sweep's log, <sweep dir>/sweep.log: what Ray and MLflow say that the console need not show, kept for when
 something goes wrong. The console gets one line per event from the sweep's own callbacks instead
-(sweeps.progress_callback):
+(sweeps.trials.progress_callback):
 
 - tracebacks Ray's loggers print (a trial task that failed, a sync that failed): to the log; on the console,
   nothing for a trial's failure (its callback line says it), else the record's first line and where the rest is;
@@ -129,7 +129,7 @@ def _publish_to_log(data: dict, ignore_prefix: bool = False) -> None:
 @contextlib.contextmanager
 def diverted(path: Path):
     """While inside, Ray's tracebacks and raylet messages in this process go to `path` (see the module's doc)."""
-    import ray._private.worker as ray_worker
+    from .trials.ray_private import driver_printer, set_driver_printer
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # read by each fit(): Tune's trial tables off
     import mlflow  # noqa: F401  (its import gives the `mlflow` logger its console handler, filtered here)
@@ -137,9 +137,9 @@ def diverted(path: Path):
     for handler in (*logging.getLogger("ray").handlers, *logging.getLogger("mlflow").handlers):
         if not any(isinstance(f, ToSweepLog) for f in handler.filters):
             handler.addFilter(ToSweepLog())
-    if ray_worker.print_to_stdstream is not _publish_to_log:  # what listen_error_messages prints with (Ray 2.60)
-        _RAY_PRINT[:] = [ray_worker.print_to_stdstream]
-        ray_worker.print_to_stdstream = _publish_to_log
+    if driver_printer() is not _publish_to_log:
+        _RAY_PRINT[:] = [driver_printer()]
+        set_driver_printer(_publish_to_log)
     LOG.path = Path(path)
     try:
         with _quiet_loggers():

@@ -3,15 +3,17 @@
 `python -m tests.ui_pages [OUT_DIR]` (`make screenshots`) writes PNGs of the experiment page that the demo's
 link opens, of the compare view of two trials and of a search's link (docs/img by default);
 tests/integration/test_mlflow_ui.py checks the same pages' rendered DOM. The store is written through the project's own
-Tracker with the records a sweep writes (sweeps.run_records: the parent run, then one child run per trial with its tags
-and flat parameters, its last validation epoch and its final test metrics, as sweeps.mlflow_callback logs them), for a
+Tracker with the records a sweep writes (sweeps.tracking.run_records: the parent run, then one child run per trial with
+its tags
+and flat parameters, its last validation epoch and its final test metrics, as sweeps.trials.mlflow_callback logs them),
+for a
 grid as large as the demo's Table 2 (7 rows x 2 seeds = 14 trials) whose rows differ only in beta (0.1 ... 0.7). No
 training: the numbers are made up (trial_metrics), in the units a trial reports (accuracy in percent).
 
 MLflow 3.17's UI opens an experiment (`#/experiments/<id>`) on the GenAI overview or on the training runs by
 its GenAI / Model training switch, not by the `mlflow.experimentKind` tag: the switch comes from the URL's
 `workflowType`, else from the browser's last choice (local storage), GenAI in a fresh browser. So the URLs
-here name `machine_learning`. The experiment page is the demo's link (sweeps.ui_link.ui_url, given the store):
+here name `machine_learning`. The experiment page is the demo's link (sweeps.tracking.ui_link.ui_url, given the store):
 the trials flat and sorted by name, the table's metrics as columns (a view it saves in the experiment).
 """
 from __future__ import annotations
@@ -26,12 +28,12 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
-from sweeps.provenance import code_version
-from sweeps.run_records import sweep_record
+from sweeps.tracking.provenance import code_version
+from sweeps.tracking.run_records import sweep_record
 from sweeps.spec import load_spec
-from sweeps.tracking import Tracker
-from sweeps.ui_link import ui_url
-from sweeps.trial_settings import resolve_trial
+from sweeps.tracking.tracker import Tracker
+from sweeps.tracking.ui_link import ui_url
+from sweeps.trials.trial_settings import resolve_trial
 from tests.integration.sweep_helpers import write_spec
 from tests.servers import MlflowServer
 
@@ -65,8 +67,8 @@ def browser() -> str | None:
 
 
 def write_sweep(uri: str, workdir: Path) -> tuple[str, dict[str, str]]:
-    """A 14-trial grid sweep's runs in `uri`, as the driver and its callback write them (sweeps.driver.execute,
-    sweeps.mlflow_callback: the run, then each reported epoch, then the final metrics). Returns (experiment id,
+    """A 14-trial grid sweep's runs in `uri`, as the driver and its callback write them (sweeps.driver.sweep.execute,
+    sweeps.trials.mlflow_callback: the run, then each reported epoch, then the final metrics). Returns (experiment id,
     run name -> run id of each trial)."""
     spec_path = write_spec(workdir / f"{SWEEP}.yaml", SWEEP, rows=ROWS, seeds=SEEDS, epochs=EPOCHS)
     spec = load_spec(spec_path)

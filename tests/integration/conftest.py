@@ -14,7 +14,7 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 def ray_local():
     import ray
 
-    from sweeps.resources import loopback_node
+    from sweeps.trials.ray_private import loopback_node
 
     with loopback_node():  # every Ray process on 127.0.0.1, as a sweep's own local Ray
         ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",

@@ -45,7 +45,7 @@ def epoch_histories(uri: str, run) -> dict[str, list[tuple[int, float]]]:
 
 
 def study_trials(workdir: Path, sweep: str) -> list:
-    """The search's persisted Optuna study (sweeps.study): its trials, as optuna-dashboard reads them."""
+    """The search's persisted Optuna study (sweeps.trials.study): its trials, as optuna-dashboard reads them."""
     import optuna
 
     url = f"sqlite:///{Path(workdir).resolve() / 'runs' / 'sweeps' / sweep / 'optuna.db'}"

@@ -26,7 +26,8 @@ def test_demo_small(ray_local, teacher_dir, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "ui --backend-store-uri sqlite:///" in out and "[stage] teacher" in out and "[stage] analysis" in out
     assert "/runs?workflowType=machine_learning" in out  # the runs, not MLflow 3's GenAI overview
-    # the final evaluation shows in the driver's console, from the trial's log (sweeps.progress_callback); the trials
+    # the final evaluation shows in the driver's console, from the trial's log (sweeps.trials.progress_callback); the
+    # trials
     # skip AutoAttack: it runs once, after them, on the best row's seeds in eval.autoattack_seeds
     assert " s0: final evaluation: best checkpoint on 60 test images, PGD-10, PGD-20\n" in out
     runs = load_mlflow_runs(["mnist5k-demo"], f"sqlite:///{tmp_path / 'mlflow.db'}")

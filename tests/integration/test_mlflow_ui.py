@@ -2,7 +2,7 @@
 
 The store holds a 14-trial sweep (7 rows x 2 seeds, as the demo's Table 2) written as the driver writes it, with
 each trial's last validation epoch and final test metrics (tests/ui_pages.py, the same pages `make screenshots`
-takes). The link the demo prints (sweeps.ui_link.ui_url, given the store) must open the runs table with the
+takes). The link the demo prints (sweeps.tracking.ui_link.ui_url, given the store) must open the runs table with the
 trials flat, by name, and the table's metrics as columns holding each trial's stored values; the link without
 the store (printed when the view cannot be saved) lists them flat too. The compare view of two trials must show
 every parameter of both, as the store holds them (beta 0.4 vs 0.5). Needs a headless Chromium (Debian's
@@ -14,7 +14,7 @@ import re
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeps.ui_link import ui_url
+from sweeps.tracking.ui_link import ui_url
 from tests.slow.cluster_harness import in_ci
 from tests.ui_pages import BROWSERS, COMPARED, WINDOWS, browser, page_urls, render, write_sweep
 

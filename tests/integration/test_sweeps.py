@@ -119,8 +119,8 @@ def test_search_then_confirm_reruns_exactly_the_top_k(ray_local, teacher_dir, tm
 
 
 def check_search_said(out: str, workdir: Path, uri: str, searched, confirmed) -> None:
-    from sweeps.commands import sweep_status
-    from sweeps.ranking import mean_std
+    from sweeps.driver.commands import sweep_status
+    from sweeps.trials.ranking import mean_std
 
     names = [r.info.run_name for r in searched + confirmed]
     assert len(set(names)) == 8 and all(f"] {n}: epoch 2" in out for n in names), out[-3000:]  # the console's

@@ -19,9 +19,9 @@ from mlflow.tracking import MlflowClient
 
 from analysis.collect import load_mlflow_runs, load_ray_runs
 from ssat.config import from_dict
-from sweeps.run_records import tracked_params
+from sweeps.tracking.run_records import tracked_params
 from sweeps.cli import main as sweeps_main
-from sweeps.tracking import flat_str
+from sweeps.tracking.tracker import flat_str
 from tests.integration.sweep_helpers import epoch_histories, history, trial_runs, write_spec
 from tests.servers import MlflowServer, free_port, kill_marked
 

@@ -28,7 +28,7 @@ def sweep_env(work: Path, ray_tmp: str, teachers: Path, fault: str = "pause@2:1"
 
 def kill_ray_leftovers(ray_tmp: str) -> None:
     """End every process the Ray sessions under `ray_tmp` left, by pid (never `ray stop`: other Rays run here)."""
-    from sweeps.driver_lock import leftover_ray_processes
+    from sweeps.driver.lock import leftover_ray_processes
 
     for session in Path(ray_tmp).glob("session_2*"):
         for pid, _ in leftover_ray_processes(str(session)):

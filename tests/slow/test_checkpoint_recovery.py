@@ -41,7 +41,7 @@ def ray_local():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    from sweeps.resources import loopback_node
+    from sweeps.trials.ray_private import loopback_node
 
     with loopback_node():  # every Ray process on 127.0.0.1, as a sweep's own local Ray
         ray.init(address="local", num_cpus=2, num_gpus=0, include_dashboard=False, _node_ip_address="127.0.0.1",

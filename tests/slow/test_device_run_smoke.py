@@ -1,6 +1,6 @@
 """benchmarks/device_run.sh --cpu-smoke: the prepared GPU script runs every section at tiny sizes on a CPU (several
 minutes on 2 loaded cores, hence this tier), so a GPU session does not find it broken: the sweep-cost sections
-write the records sweeps/costs.py reads, and the GPU smoke sweeps run through Ray Tune with four trials at a
+write the records sweeps/costs/model.py reads, and the GPU smoke sweeps run through Ray Tune with four trials at a
 quarter of one (logical) GPU at once and read back complete from their MLflow store."""
 import json
 import os

@@ -2,7 +2,8 @@
 (Tune's storage, the MLflow SQLite store, the sweep's files); once a trial reported its first epoch, another
 process fills that disk to the last byte, while the trials write their checkpoints.
 
-The driver notices within a second, gives back its 16 MB ballast (sweeps.disk) and stops the sweep as Ctrl+C does:
+The driver notices within a second, gives back its 16 MB ballast (sweeps.driver.disk) and stops the sweep as Ctrl+C
+does:
 one console line names the folder and its free space, no traceback (the details are in the sweep's log), exit 1
 with the resume command; nothing torn is left where Ray reads (every checkpoint folder intact, Tune's experiment
 state and every result line whole), and no run is left RUNNING. Once the space is freed, one `resume` finishes the

@@ -90,7 +90,7 @@ def test_a_killed_drivers_sweep_says_so_and_resume_takes_its_lock_over(sweep):
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
-    from sweeps.driver_lock import leftover_ray_processes
+    from sweeps.driver.lock import leftover_ray_processes
 
     status = cli(env, "status", NAME, "--workdir", str(work), timeout=120)
     left = leftover_ray_processes(lock["ray_session"])

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.export import main as export_main
-from sweeps.tracking import Tracker, resolve_uri
+from sweeps.tracking.tracker import Tracker, resolve_uri
 from tests.servers import free_port, require_postgres
 
 pytestmark = pytest.mark.slow

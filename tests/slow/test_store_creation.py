@@ -3,9 +3,9 @@
 MLflow creates and migrates a new store's tables with no guard against a second process: two sweeps started
 together on a new SQLite file failed (`duplicate column name: step`, then `Online migration expected to match one
 row`), and on a new PostgreSQL database (`CREATE TABLE alembic_version`). Each round here starts several real
-processes that open the same new store through the driver's own entry point (`sweeps.tracking.check_reachable`),
+processes that open the same new store through the driver's own entry point (`sweeps.tracking.tracker.check_reachable`),
 all released at the same instant once imported (a gate file), then write to it; every one must succeed, every round.
-Without the creation lock (sweeps.tracking.creating_store) 3 of 4 failed in each of 3 rounds, on both stores.
+Without the creation lock (sweeps.tracking.tracker.creating_store) 3 of 4 failed in each of 3 rounds, on both stores.
 Then two real sweeps, started together on a new SQLite store in one work folder, both finish, nothing mixed.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 OPENER = """
 import sys, time
 from pathlib import Path
-from sweeps.tracking import check_reachable
+from sweeps.tracking.tracker import check_reachable
 import mlflow.store.db.utils  # imported before the start: only the store's creation is raced
 from mlflow.tracking import MlflowClient
 uri, gate, me = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
@@ -115,7 +115,7 @@ def test_two_sweeps_started_together_on_a_new_store_both_finish(tmp_path, teache
 
 CREATOR = """
 import sys
-from sweeps.tracking import check_reachable
+from sweeps.tracking.tracker import check_reachable
 import mlflow.store.db.utils  # imported before the gate: the stop lands in the store's creation
 print("go", flush=True)
 check_reachable(sys.argv[1])
@@ -171,6 +171,6 @@ def _opens(uri: str) -> bool:
 
 
 def check_reachable_in_child(uri: str) -> None:
-    res = subprocess.run([sys.executable, "-c", "import sys; from sweeps.tracking import check_reachable; "
+    res = subprocess.run([sys.executable, "-c", "import sys; from sweeps.tracking.tracker import check_reachable; "
                           "check_reachable(sys.argv[1])", uri], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -13,7 +13,7 @@ from mlflow.entities import Metric, ViewType
 from mlflow.tracking import MlflowClient
 
 from clusters.migrate_store import migrate
-from sweeps.tracking import Tracker
+from sweeps.tracking.tracker import Tracker
 from tests.servers import PostgresServer, require_postgres
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,5 @@
-"""A search's persisted Optuna study as the sweep driver keeps it (sweeps/study.py), built here from that contract:
+"""A search's persisted Optuna study as the sweep driver keeps it (sweeps/trials/study.py), built here from that
+contract:
 SQLite storage, the study named after the sweep, its `space`/`metric`/`mode` attributes; per trial the sampled
 (active) parameters with their distributions, the metric at each validated epoch as intermediate values, the value
 of its last report, and its `name`, `label`, `ssat_key`, `tune_trial_id`, `val/clean`, `val/pgd10`, `epoch`

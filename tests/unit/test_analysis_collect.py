@@ -295,7 +295,8 @@ def test_the_tracking_uri_is_resolved_in_one_place(no_store, monkeypatch):
     with pytest.raises(SourceError, match=f"'{no_store / 'mlruns'}'"):
         resolve_tracking_uri("mlruns")  # a bare folder is a file store
     assert resolve_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"  # a server: not ours to check
-    # a PostgreSQL store through the driver the project pins, as the sweep wrote it (sweeps.tracking.resolve_uri)
+    # a PostgreSQL store through the driver the project pins, as the sweep wrote it
+    # (sweeps.tracking.tracker.resolve_uri)
     assert resolve_tracking_uri("postgresql://mlflow@127.0.0.1:5432/mlflow") == \
         "postgresql+psycopg2://mlflow@127.0.0.1:5432/mlflow"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://u@h/db")

@@ -146,8 +146,8 @@ def test_a_search_from_before_the_study_gets_a_clear_error(store, tmp_path, caps
     assert main(["--experiment", NAME, "--tracking-uri", store, "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
         f"error: experiment '{NAME}': its sweep run names no Optuna study (no tag ssat.optuna_storage): the search ran "
-        "before the sweep kept its study (sweeps/study.py), or the sweep is a grid. Re-run the search to read its "
-        "importance, or pass --storage URL --study NAME of a study kept elsewhere\n")
+        "before the sweep kept its study (sweeps/trials/study.py), or the sweep is a grid. Re-run the search to read "
+        "its importance, or pass --storage URL --study NAME of a study kept elsewhere\n")
     assert list(tmp_path.iterdir()) == [tmp_path / "mlflow.db"]
 
 
@@ -278,7 +278,7 @@ def test_a_study_without_its_space_is_refused_and_a_trial_is_named_by_what_it_ha
     with pytest.raises(imp.ImportanceError) as err:
         imp.study_space(study)
     assert str(err.value) == ("study 'bare' has no `space` attribute: it was not kept by the sweep driver "
-                              "(sweeps/study.py)")
+                              "(sweeps/trials/study.py)")
     assert imp.study_metrics(study) == ["objective 0"]
     bare = optuna.trial.create_trial(value=1.0)
     assert imp.trial_name(bare) == f"trial {bare.number}"

@@ -86,7 +86,7 @@ def cli(env: Env, *argv: str) -> None:
     def no_ray(*a, **k):
         raise AssertionError("Ray/the sweep was started for a bad input")
 
-    import sweeps.driver as driver_mod
+    import sweeps.driver.sweep as driver_mod
 
     env.monkeypatch.setattr(driver_mod, "init_ray", no_ray)
     env.monkeypatch.setattr(driver_mod, "execute", no_ray)
@@ -152,7 +152,7 @@ def cifar_missing(env: Env, drop: str) -> None:
 
 
 def gpu_share(env: Env, share: float) -> None:
-    from sweeps.resources import check_gpu
+    from sweeps.driver.cluster import check_gpu
 
     env.monkeypatch.setenv("SSAT_AUTOSCALER_CONFIG", str(env.tmp / "no-autoscaler.yaml"))
     check_gpu(parse_spec(spec(resources={"cpu": 1, "gpu": share})), gpus_now=0)

@@ -11,11 +11,11 @@ import torch
 
 from ssat.config import from_dict
 from ssat.presets import preset
-from sweeps import calibrate as cal
-from sweeps import measure
-from sweeps.costs import eval_key, needed_figures, teacher_figure_key, training_key
-from sweeps.measurements import Measurements, calibration_dir, read_records
-from sweeps.dryrun import dry_run
+from sweeps.costs import calibrate as cal
+from sweeps.costs import measure
+from sweeps.costs.model import eval_key, needed_figures, teacher_figure_key, training_key
+from sweeps.costs.measurements import Measurements, calibration_dir, read_records
+from sweeps.costs.dryrun import dry_run
 from sweeps.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def test_each_figure_comes_with_a_config_that_needs_it():
 
 
 def test_a_search_trial_needs_no_final_evaluation_figure():
-    """Search trials end without a final evaluation (sweeps/trainable.py): AutoAttack on seed 0 only, run by the
+    """Search trials end without a final evaluation (sweeps/trials/trainable.py): AutoAttack on seed 0 only, run by the
     search's seed 0 and never by the confirm seed, is not a figure the sweep needs."""
     raw = {"name": "s", "preset": "mnist5k-ssat-mbi", "epochs": 4, "seeds": [0], "resources": {"cpu": 1, "gpu": 0.25},
            "overrides": {"eval.autoattack_seeds": [0]},

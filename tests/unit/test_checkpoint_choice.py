@@ -1,4 +1,5 @@
-"""Which checkpoint a trial resumes from when the one Tune registered is gone or damaged (sweeps/trainable.py), what
+"""Which checkpoint a trial resumes from when the one Tune registered is gone or damaged (sweeps/trials/trainable.py),
+what
 its run records of it, and the pieces of Ray 2.60 the recovery relies on (tests/slow/test_checkpoint_recovery.py
 runs it all on a real Ray and MLflow)."""
 from __future__ import annotations
@@ -14,12 +15,12 @@ from ray.train import Checkpoint, CheckpointConfig
 from ray.train._internal.checkpoint_manager import _CheckpointManager, _TrainingResult
 from ray.tune.experiment import Experiment
 
-import sweeps.tuners as tuners
-from sweeps.mlflow_callback import TrackingCallback, error_reason, forget_gone_checkpoints
+import sweeps.trials.tuners as tuners
+from sweeps.trials.mlflow_callback import TrackingCallback, error_reason, forget_gone_checkpoints
 from sweeps.spec import parse_spec
-from sweeps.trainable import (NoIntactCheckpoint, RestorePlan, SweepTrainable, Unusable, checkpoint_index,
+from sweeps.trials.trainable import (NoIntactCheckpoint, RestorePlan, SweepTrainable, Unusable, checkpoint_index,
                               _continue, choose_checkpoint, plan_restore, recovery_record)
-from sweeps.trial_settings import continuation_space, grid_space
+from sweeps.trials.trial_settings import continuation_space, grid_space
 from ssat.storage import CorruptFileError, save_verified, verify_file
 
 GRID = {"name": "unit", "preset": "mnist5k-ssat-mbi", "epochs": 4, "grid": [{"row": "const|on", "set": {}}]}
@@ -179,7 +180,7 @@ def test_a_continued_trial_starts_from_the_newest_intact_checkpoint_of_the_one_t
 
 
 def test_notes_become_lines_of_the_log():
-    from sweeps.trainable import lines
+    from sweeps.trials.trainable import lines
     assert lines(["a", "b\n", "c"]) == "a\nb\nc\n" and lines([]) == ""
 
 
@@ -289,7 +290,7 @@ def test_a_refused_restore_fails_the_run_with_its_reason_in_one_line(tmp_path, c
            "(resume the sweep with --rerun-failed to start it over)")
     err = tmp_path / "error.txt"
     err.write_text(f"Failure # 1 (occurred at x)\nray::ImplicitFunc.restore()\n  File y\n"
-                   f"sweeps.trainable.NoIntactCheckpoint: {why}\n\n")
+                   f"sweeps.trials.trainable.NoIntactCheckpoint: {why}\n\n")
     assert error_reason(str(err)) == (why, True)
     trial = grid_trial(tmp_path, error_file=str(err), path=folder)
     cb = TrackingCallback("sqlite:///unused.db", "unit", str(tmp_path), None)

@@ -1,12 +1,13 @@
-"""The cost model's pieces by hand (sweeps/costs.py): which packing record a trial's packing factor rests on, which
+"""The cost model's pieces by hand (sweeps/costs/model.py): which packing record a trial's packing factor rests on,
+which
 GPU a name picks, and how an evaluation's cost and its sources are written."""
 import pytest
 
 from ssat.config import from_dict
 from ssat.presets import preset
-from sweeps import costs
-from sweeps.costs import AA_SHARES, attack_cost, packing_factor
-from sweeps.measurements import Measurements, resolve_gpu
+from sweeps.costs import model as costs
+from sweeps.costs.model import AA_SHARES, attack_cost, packing_factor
+from sweeps.costs.measurements import Measurements, resolve_gpu
 
 
 def pack(n: int, total: float, mps: bool, graphed: bool, device: str = "G") -> dict:
@@ -96,7 +97,7 @@ def test_an_evaluation_names_its_figures_with_tf32_and_the_robust_share():
 
 
 def test_validation_images_follow_the_configs_validation_set():
-    from sweeps.costs import validation_epochs, validation_images
+    from sweeps.costs.model import validation_epochs, validation_images
 
     cfg = from_dict(preset("cifar10-ssat-mbi"), {"data.n_val": 300})
     n = validation_epochs(cfg) * 300
@@ -105,7 +106,7 @@ def test_validation_images_follow_the_configs_validation_set():
 
 
 def test_autoattack_on_two_checkpoints_runs_twice_and_an_unknown_dataset_on_every_image():
-    from sweeps.costs import TEST_IMAGES, attack_work, final_images
+    from sweeps.costs.model import TEST_IMAGES, attack_work, final_images
 
     cfg = from_dict(preset("cifar10-ssat-mbi"), {"eval.checkpoints": ["best", "last"], "eval.autoattack_n": 500,
                                                  "eval.autoattack_checkpoints": ["best", "last"], "eval.test_n": None})
@@ -116,7 +117,7 @@ def test_autoattack_on_two_checkpoints_runs_twice_and_an_unknown_dataset_on_ever
 
 
 def test_calibration_dir_without_settings_is_the_users_cache(monkeypatch, tmp_path):
-    from sweeps.measurements import calibration_dir
+    from sweeps.costs.measurements import calibration_dir
 
     monkeypatch.delenv("SSAT_CALIBRATION_DIR", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
@@ -128,7 +129,7 @@ def test_calibration_dir_without_settings_is_the_users_cache(monkeypatch, tmp_pa
 
 # ---- records read back, by kind ------------------------------------------------------------------------------
 def test_evaluation_records_in_seconds_or_per_1000_and_nothing_else():
-    from sweeps.measurements import _eval
+    from sweeps.costs.measurements import _eval
 
     base = {"bench": "eval", "eval_model": "m", "attack": "clean"}
     assert _eval({**base, "seconds": 2.0, "n": 500}) == (("m", "clean", False), 4.0)
@@ -138,7 +139,7 @@ def test_evaluation_records_in_seconds_or_per_1000_and_nothing_else():
 
 
 def test_packing_records_need_both_numbers_and_every_trial_finished():
-    from sweeps.measurements import _packing
+    from sweeps.costs.measurements import _packing
 
     rec = {"model": "m", "packed_trials": 4, "total_images_per_s": 200}
     assert _packing(rec) == (("m", False, False, 4), 200.0)  # no graph_mode: eager steps
@@ -150,7 +151,7 @@ def test_packing_records_need_both_numbers_and_every_trial_finished():
 
 
 def test_teacher_and_training_records_of_another_bench_are_not_theirs():
-    from sweeps.measurements import _teacher, _training
+    from sweeps.costs.measurements import _teacher, _training
 
     teacher = {"bench": "teacher", "teacher_model": "m", "precision": "bf16", "steps_per_s": 5, "compile": "off"}
     assert _teacher(teacher) == (("m", "bf16"), 5.0)
@@ -163,7 +164,7 @@ def test_teacher_and_training_records_of_another_bench_are_not_theirs():
 
 
 def test_the_step_engine_of_an_old_record_from_its_compile_and_graph_keys():
-    from sweeps.measurements import record_mode
+    from sweeps.costs.measurements import record_mode
 
     assert record_mode({"mode": "graph+compile+fused"}) == "graph+compile+fused"
     assert record_mode({}) == record_mode({"compile": False}) == record_mode({"compile": None}) == "eager"
@@ -173,7 +174,7 @@ def test_the_step_engine_of_an_old_record_from_its_compile_and_graph_keys():
 
 
 def test_measured_devices_are_gpus_with_a_usable_figure():
-    from sweeps.measurements import measured_devices
+    from sweeps.costs.measurements import measured_devices
 
     usable = {"bench": "eval", "eval_model": "m", "attack": "clean", "s_per_1000": 1.0}
     recs = [{**usable, "_device": "G1"}, {**usable, "_device": "CPU (not a GPU figure)"}, {**usable, "_device": "cpu"},
@@ -182,7 +183,7 @@ def test_measured_devices_are_gpus_with_a_usable_figure():
 
 
 def test_the_units_of_a_grid_and_of_a_search(tmp_path):
-    from sweeps.costs import estimate, units
+    from sweeps.costs.model import estimate, units
     from sweeps.spec import parse_spec
 
     grid = {"name": "g", "preset": "cifar10-ssat-mbi", "epochs": 4, "seeds": [0, 1],

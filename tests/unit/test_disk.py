@@ -3,8 +3,9 @@ import os
 
 import pytest
 
-from sweeps import disk
-from sweeps.disk import FLOOR, START_FREE, DiskWatch, check_free, checkpoint_bytes, full_line, make_ballast, reserve
+from sweeps.driver import disk
+from sweeps.driver.disk import (FLOOR, START_FREE, DiskWatch, check_free, checkpoint_bytes, full_line, make_ballast,
+                                reserve)
 from sweeps.errors import SweepError
 
 MB = 2**20

@@ -8,11 +8,11 @@ import signal
 
 import pytest
 
-from sweeps.driver import RunArgs, SweepState, cut_at
-from sweeps.interrupt import Interrupt
+from sweeps.driver.sweep import RunArgs, SweepState, cut_at
+from sweeps.driver.interrupt import Interrupt
 from sweeps.errors import SpecError
-from sweeps.mlflow_callback import _end_tags
-from sweeps.outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs, trial_outcome
+from sweeps.trials.mlflow_callback import _end_tags
+from sweeps.trials.outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs, trial_outcome
 from sweeps.paths import sweep_paths
 from sweeps.spec import parse_spec
 
@@ -247,7 +247,7 @@ def test_a_stop_asked_inside_a_held_block_comes_at_its_end_and_a_lost_one_at_the
     lost is raised again at the stage's end; a signal while the stop is recorded is ignored."""
     import signal as sig
 
-    from sweeps.interrupt import Interrupt
+    from sweeps.driver.interrupt import Interrupt
 
     stop = Interrupt()
     with pytest.raises(KeyboardInterrupt):
@@ -274,8 +274,8 @@ def test_a_stop_ends_each_cut_trials_run_killed_with_the_epoch_it_was_in_and_the
     left to _end_left_running."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.driver import end_cut_trials
-    from sweeps.tracking import Tracker
+    from sweeps.driver.sweep import end_cut_trials
+    from sweeps.tracking.tracker import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = Tracker(uri, "exp", log=lambda line: None)

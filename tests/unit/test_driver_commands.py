@@ -14,10 +14,10 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-import sweeps.driver as D
-from sweeps.commands import _driver_lines
+import sweeps.driver.sweep as D
+from sweeps.driver.commands import _driver_lines
 from sweeps.cli import main
-from sweeps.driver_lock import LOCK_FILE, Host, LockInfo, proc_start_ticks
+from sweeps.driver.lock import LOCK_FILE, Host, LockInfo, proc_start_ticks
 from sweeps.errors import SweepError
 
 SPEC = """\

@@ -1,4 +1,4 @@
-"""One driver per sweep (sweeps/driver_lock.py): the judgement of a lock from (lock, now, this host, the process
+"""One driver per sweep (sweeps/driver/lock.py): the judgement of a lock from (lock, now, this host, the process
 table), then the lock file itself with real files and real processes: a `sleep` subprocess as a live driver, a
 dead pid, a live pid with another start time (a reused pid), an old heartbeat of another host; taking over, the
 heartbeat, release, and what `status`, `stop` and `sync` make of a lock."""
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import driver_lock as DL
-from sweeps.commands import _driver_lines, stop_sweep, sync_sweep
-from sweeps.driver import RunArgs, SweepState
-from sweeps.driver_lock import DriverBusy, Host, LockInfo, judge, proc_start_ticks
+from sweeps.driver import lock as DL
+from sweeps.driver.commands import _driver_lines, stop_sweep, sync_sweep
+from sweeps.driver.sweep import RunArgs, SweepState
+from sweeps.driver.lock import DriverBusy, Host, LockInfo, judge, proc_start_ticks
 from sweeps.paths import sweep_paths
 
 HERE = Host.here()
@@ -298,7 +298,7 @@ def test_status_counts_the_trial_runs_by_status_and_lists_them_best_first_by_nam
     the console says it), per stage best first by the spec's metric, the best marked."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.commands import sweep_status
+    from sweeps.driver.commands import sweep_status
 
     uri = store
     source = {"name": "s", "preset": "mnist5k-ssat-mbi", "seeds": [0, 1], "resources": {"cpu": 1, "gpu": 0},
@@ -336,7 +336,7 @@ def test_status_counts_the_trial_runs_by_status_and_lists_them_best_first_by_nam
 def test_status_lists_stages_in_their_order_and_ranks_a_minimised_metric_lowest_first(tmp_path, store):
     from mlflow.tracking import MlflowClient
 
-    from sweeps.commands import trial_lines
+    from sweeps.driver.commands import trial_lines
     from sweeps.spec import parse_spec
 
     spec = parse_spec({"name": "s", "preset": "mnist5k-ssat-mbi", "metric": "train/loss", "mode": "min",

@@ -9,9 +9,9 @@ import pytest
 from ssat.config import from_dict
 from ssat.presets import preset
 from ssat.schedules import schedule_table
-from sweeps.costs import TRIAL_STAGES, engine_mode, estimate, final_images, validation_epochs
-from sweeps.measurements import Measurements, read_records
-from sweeps.dryrun import COSTS_PAGE, costs_page, describe, dry_run, gpu_choice, schedule_lines
+from sweeps.costs.model import TRIAL_STAGES, engine_mode, estimate, final_images, validation_epochs
+from sweeps.costs.measurements import Measurements, read_records
+from sweeps.costs.dryrun import COSTS_PAGE, costs_page, describe, dry_run, gpu_choice, schedule_lines
 from sweeps.errors import UsageError
 from sweeps.spec import load_spec, parse_spec
 
@@ -130,7 +130,7 @@ def test_validations_and_final_evaluation_follow_the_trainer():
                        "eval.autoattack_seeds": [1]})
     assert final_images(e, "grid") == {"clean": 20_000, "pgd10": 20_000, "pgd20": 20_000, "pgd40": 20_000}  # seed 0
     assert final_images(e.replace(seed=1), "confirm")["autoattack"] == 200
-    assert final_images(e.replace(seed=1), "search") == {}  # sweeps/trainable.py _final: none in a search
+    assert final_images(e.replace(seed=1), "search") == {}  # sweeps/trials/trainable.py _final: none in a search
     svhn = from_dict(preset("svhn-ssat-mbi"), {"eval.test_n": None, "eval.checkpoints": ["last"],
                                                "eval.autoattack_checkpoints": ["best", "last"]})
     assert final_images(svhn, "grid") == {"clean": 26_032, "pgd10": 26_032, "pgd20": 26_032, "pgd40": 26_032,
@@ -318,7 +318,7 @@ def test_gpu_names_are_checked_against_the_measured_ones(tmp_path):
 
 
 def test_the_dryrun_command_refuses_an_unknown_gpu(capsys):
-    from sweeps.dryrun import main
+    from sweeps.costs.dryrun import main
 
     assert main([str(SPECS / "mnist5k-demo.yaml"), "--gpu", "nosuchgpu", "--no-measure"]) == 2
     assert capsys.readouterr().err.startswith("error: --gpu 'nosuchgpu': no measured GPU has that name; allowed: ")
@@ -337,7 +337,8 @@ def test_docs_costs_page_is_generated_from_the_current_measurements():
     page = costs_page()
     assert "## NVIDIA H200" in page and "## NVIDIA H100 80GB HBM3" in page
     assert "| paper-table1-main | 45 |" in page and "| paper-fig5-rho | 48 |" in page
-    assert COSTS_PAGE.read_text() == page, "docs/costs.md is out of date: .venv/bin/python -m sweeps.dryrun --table"
+    assert COSTS_PAGE.read_text() == page, \
+        "docs/costs.md is out of date: .venv/bin/python -m sweeps.costs.dryrun --table"
 
 
 def test_without_records_the_estimate_reads_the_users_calibrations(tmp_path, monkeypatch):
@@ -352,7 +353,7 @@ def test_without_records_the_estimate_reads_the_users_calibrations(tmp_path, mon
 
 
 def test_the_dryrun_commands_help_table_and_options(tmp_path, capsys, monkeypatch):
-    import sweeps.dryrun as DR
+    import sweeps.costs.dryrun as DR
 
     with pytest.raises(SystemExit) as end:
         DR.main(["--help"])
@@ -360,8 +361,8 @@ def test_the_dryrun_commands_help_table_and_options(tmp_path, capsys, monkeypatc
     said = capsys.readouterr().out
     assert "A sweep's cost, or docs/costs.md." in said.splitlines()
     text = " ".join(said.split())  # argparse wraps lines
-    for said in ("usage: python -m sweeps.dryrun [-h] [--gpu NAME] [--json PATH] [--no-measure] [--table] [--check] "
-                 "[spec]", "A sweep's cost, or docs/costs.md.",
+    for said in ("usage: python -m sweeps.costs.dryrun [-h] [--gpu NAME] [--json PATH] [--no-measure] [--table] "
+                 "[--check] [spec]", "A sweep's cost, or docs/costs.md.",
                  "spec a sweep spec: its dry run (as `python -m sweeps run SPEC --dry-run`)",
                  "--gpu NAME estimate every stage on this measured GPU type",
                  "--json PATH also write the numbers as JSON",
@@ -377,7 +378,7 @@ def test_the_dryrun_commands_help_table_and_options(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(DR, "COSTS_PAGE", page)
     monkeypatch.setattr(DR, "costs_page", lambda: "the page\n")
     assert DR.main(["--table", "--check"]) == 1 and not page.exists()
-    assert capsys.readouterr().out == f"{page}: out of date; run python -m sweeps.dryrun --table\n"
+    assert capsys.readouterr().out == f"{page}: out of date; run python -m sweeps.costs.dryrun --table\n"
     assert DR.main(["--table"]) == 0 and page.read_text() == "the page\n"
     assert capsys.readouterr().out == f"wrote {page}\n"
     assert DR.main(["--table", "--check"]) == 0
@@ -437,9 +438,9 @@ def test_each_line_of_a_dry_run_word_for_word(tmp_path):
 
 
 def test_the_dry_run_with_reuse_marks_the_reused_trials_and_says_what_they_save():
-    """run --dry-run --reuse: the trials a finished run of the store stands in for (sweeps.reuse) are marked, and
+    """run --dry-run --reuse: the trials a finished run of the store stands in for (sweeps.driver.reuse) are marked, and
     their cost is said as saved (the paper's GPU-hours of a CIFAR grid here)."""
-    from sweeps.dryrun import dry_run
+    from sweeps.costs.dryrun import dry_run
     from sweeps.spec import load_spec
 
     spec = load_spec(SPECS / "paper-table2-ablation.yaml")

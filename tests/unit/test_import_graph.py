@@ -105,12 +105,22 @@ def test_layers_point_one_way(pkg):
 
 
 # The wings of sweeps/ (docs/architecture.md): the tracking side writes MLflow and knows nothing of Ray; the Tune side
-# (trials) never reaches back into the driver that runs it.
-TRACKING = ("sweeps.tracking", "sweeps.run_records", "sweeps.ui_link", "sweeps.provenance", "sweeps.paths")
-TRIALS = ("sweeps.tuners", "sweeps.trainable", "sweeps.trial_settings", "sweeps.progress_callback",
-          "sweeps.mlflow_callback", "sweeps.outcomes")
-DRIVER = ("sweeps.driver", "sweeps.interrupt", "sweeps.commands", "sweeps.run_options", "sweeps.demo", "sweeps.paper",
-          "sweeps.cli")
+# (sweeps/trials/) never reaches back into the driver that runs it (sweeps/driver/ and the commands on top of it).
+def wing(name: str) -> tuple[str, ...]:
+    return tuple(sorted(m for m in _modules() if m.startswith(f"sweeps.{name}.")))
+
+
+TRACKING = (*wing("tracking"), "sweeps.paths")
+TRIALS = wing("trials")
+DRIVER = (*wing("driver"), "sweeps.demo", "sweeps.paper", "sweeps.cli", "sweeps.slurm")
+
+
+def test_the_wings_hold_their_modules():
+    assert {"sweeps.tracking.tracker", "sweeps.tracking.run_records"} <= set(TRACKING)
+    assert {"sweeps.trials.tuners", "sweeps.trials.trainable", "sweeps.trials.mlflow_callback"} <= set(TRIALS)
+    assert {"sweeps.driver.sweep", "sweeps.driver.state", "sweeps.driver.lock"} <= set(DRIVER)
+    # the flat modules the wings replaced are gone (their old paths: sweeps/legacy.py)
+    assert not any((ROOT / "sweeps" / f"{old}.py").exists() for old in ("tuners", "trainable", "driver_lock", "costs"))
 
 
 def reached(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -146,7 +156,35 @@ def test_the_trials_never_import_the_driver(mod):
 
 
 def test_the_wing_checks_can_fail(tmp_path):
-    assert imports_ray(ROOT / "sweeps" / "resources.py")
-    assert "sweeps.driver" in reached(import_graph(), "sweeps.demo")
+    assert imports_ray(ROOT / "sweeps" / "driver" / "cluster.py")
+    assert "sweeps.driver.sweep" in reached(import_graph(), "sweeps.demo")
+    assert "sweeps.trials.tuners" in reached(import_graph(), "sweeps.driver.sweep")  # the driver does import trials
     (tmp_path / "m.py").write_text("from ray.tune import Callback\n")
     assert imports_ray(tmp_path / "m.py")
+
+
+def private_ray_uses(path: Path) -> list[str]:
+    """The private Ray modules a file imports or reaches as attributes (ray._private, ray.train._internal, ...)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ray":
+            names = [f"ray.{node.attr}"]
+        found += [n for n in names if n.split(".")[0] == "ray" and any(p.startswith("_") for p in n.split("."))]
+    return found
+
+
+def test_rays_private_apis_are_touched_in_one_module():
+    modules = _modules()
+    users = sorted(m for m in modules if m.startswith("sweeps") and private_ray_uses(modules[m]))
+    assert users == ["sweeps.trials.ray_private"]
+
+
+def test_the_private_api_check_can_fail(tmp_path):
+    (tmp_path / "m.py").write_text("import ray\nfrom ray.train._internal.session import get_session\n"
+                                   "x = ray._private.worker\nfrom ray import tune\n")
+    assert private_ray_uses(tmp_path / "m.py") == ["ray.train._internal.session", "ray._private"]

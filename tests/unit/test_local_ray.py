@@ -6,9 +6,7 @@ import pytest
 import ray
 from ray._private import services
 
-from sweeps import resources
-
-
+from sweeps.driver import cluster as resources
 def test_inside_loopback_node_127_0_0_1_stays_the_node_address():
     resolve = services.resolve_ip_for_localhost  # the name Ray 2.60's init resolves the node address with
     with resources.loopback_node():

@@ -1,4 +1,4 @@
-"""`python -m sweeps.measure`, the process behind each calibration figure, run in this process on CPU with tiny
+"""`python -m sweeps.costs.measure`, the process behind each calibration figure, run in this process on CPU with tiny
 budgets: what the slow tier's real calibration (tests/slow/test_calibrate_cpu.py) reaches only in subprocesses.
 Each job speaks the calibration's protocol on stdout (ready, then a result after "go" on stdin) and its records
 hold the figures the dry run reads, computed by the formulas the docstrings give."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ssat.config import from_dict
-from sweeps import calibrate as cal
-from sweeps import measure
+from sweeps.costs import calibrate as cal
+from sweeps.costs import measure
 from sweeps.spec import load_spec
 
 TINY = Path(__file__).resolve().parents[2] / "tests" / "data" / "calibrate-tiny.yaml"

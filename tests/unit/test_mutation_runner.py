@@ -26,7 +26,7 @@ def test_the_default_run_is_the_issue_scope():
     assert set(mu.TARGETS) <= set(mods)
     assert {"ssat/train.py", "ssat/teacher.py", "ssat/config.py", "ssat/datasets.py"} <= set(mods)
     assert "analysis/tables.py" in mods and "analysis/plots.py" in mods
-    assert "sweeps/driver.py" not in mods and "ssat/models.py" not in mods  # --all-modules or MODULE= runs them
+    assert "sweeps/driver/sweep.py" not in mods and "ssat/models.py" not in mods  # --all-modules or MODULE= runs them
     assert set(mods) < set(mu.all_modules())
 
 

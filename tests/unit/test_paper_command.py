@@ -72,7 +72,7 @@ def test_the_machine_line_names_the_cpu_its_cores_and_python():
 
 
 def _state(tmp_path, name: str, status: str, reused: dict | None = None):
-    from sweeps.driver import RunArgs, SweepState
+    from sweeps.driver.sweep import RunArgs, SweepState
     from sweeps.paths import sweep_paths
 
     paths = sweep_paths(tmp_path, name)

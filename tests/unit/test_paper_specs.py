@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from ssat.presets import paper_table
-from sweeps.dryrun import dry_run
+from sweeps.costs.dryrun import dry_run
 from sweeps.spec import load_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "sweeps" / "specs"

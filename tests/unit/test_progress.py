@@ -1,10 +1,10 @@
 """The sweep's progress lines: trials done out of what the spec asked for, and the time left from measured epochs."""
 from types import SimpleNamespace
 
-import sweeps.progress_callback as progress
+import sweeps.trials.progress_callback as progress
 from ssat.config import from_dict
 from ssat.presets import preset
-from sweeps.progress_callback import ProgressCallback, duration
+from sweeps.trials.progress_callback import ProgressCallback, duration
 
 
 class Clock:
@@ -21,7 +21,7 @@ def _base(epochs: int) -> dict:
 
 
 def _trial(tid, epochs=3, sampled=None, row="r", scheduler=None):
-    """A trial as Tune holds it (sweeps.trial_settings): a grid row's, or with `sampled` a search's."""
+    """A trial as Tune holds it (sweeps.trials.trial_settings): a grid row's, or with `sampled` a search's."""
     meta = {"sweep": "s", "stage": "search" if sampled else "grid", "row": "" if sampled else row, "seed": 0,
             **({"scheduler": scheduler} if scheduler else {})}
     cfg = {"trial": {"meta": meta, "base": _base(epochs)}, **(sampled or {})}

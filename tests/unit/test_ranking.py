@@ -1,4 +1,4 @@
-"""sweeps/ranking.py: which settings won, as the console says it at the end of a search and of its confirm stage:
+"""sweeps/trials/ranking.py: which settings won, as the console says it at the end of a search and of its confirm stage:
 the ranking by the spec's metric (the Pareto front for two), each confirmed configuration's mean and sample std
 over its seeds, the winner and the test that says how sure."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from sweeps.outcomes import StageOutcome, TrialOutcome
-from sweeps.ranking import confirm_summary, mean_std, ranked, search_ranking, welch_p
+from sweeps.trials.outcomes import StageOutcome, TrialOutcome
+from sweeps.trials.ranking import confirm_summary, mean_std, ranked, search_ranking, welch_p
 from sweeps.spec import parse_spec
 
 BASE = {"name": "unit", "preset": "mnist5k-ssat-mbi", "search": {"num_samples": 4, "space": {
@@ -97,7 +97,7 @@ def test_welch_is_undefined_without_two_seeds_or_spread(a, b, want):
 
 
 def test_values_print_with_two_decimals_and_a_missing_one_as_a_dash():
-    from sweeps.ranking import _ms, fmt
+    from sweeps.trials.ranking import _ms, fmt
     assert (fmt(None), fmt(math.nan), fmt(71.234)) == ("-", "-", "71.23")
     assert (_ms([]), _ms([70.0]), _ms([70.0, 72.0])) == ("-", "70.00", "71.00 ± 1.41")
 
@@ -157,7 +157,7 @@ def test_the_confirm_table_is_aligned_and_the_winner_can_be_significant():
 
 
 def test_a_p_value_equal_to_alpha_is_not_significant(monkeypatch):
-    import sweeps.ranking as ranking
+    import sweeps.trials.ranking as ranking
     monkeypatch.setattr(ranking, "welch_p", lambda a, b: 0.05)
     out = StageOutcome("confirm", 4, [trial("top1 x s10", rank=1, label="x", val__pgd10=60.0),
                                       trial("top2 y s10", rank=2, label="y", val__pgd10=50.0)])
@@ -203,7 +203,7 @@ def test_a_minimised_confirm_metric_and_two_metrics_name_the_winner_by_the_first
 
 
 def test_a_trial_without_a_rank_is_its_own_configuration_listed_under_rank_0():
-    from sweeps.ranking import confirmed_configs
+    from sweeps.trials.ranking import confirmed_configs
     out = StageOutcome("confirm", 3, [trial("x s10", label="x", val__pgd10=60.0),
                                       trial("top1 y s10", rank=1, label="y", val__pgd10=50.0),
                                       trial("top1 y s11", "interrupted", rank=1, label="y")])

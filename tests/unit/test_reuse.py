@@ -1,4 +1,4 @@
-"""sweeps/reuse.py on a real SQLite MLflow store: a trial takes a whole FINISHED run of the same config hash and
+"""sweeps/driver/reuse.py on a real SQLite MLflow store: a trial takes a whole FINISHED run of the same config hash and
 seed from another sweep; a damaged or partly recorded one is passed over, saying why; the reference run it
 becomes is read by analysis as the run it names."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.collect import load_mlflow_runs
-from sweeps.reuse import Reuse, code_differs, find, reference, summary, why_not
-from sweeps.tracking import Tracker
+from sweeps.driver.reuse import Reuse, code_differs, find, reference, summary, why_not
+from sweeps.tracking.tracker import Tracker
 
 CODE = {"git_commit": "abc", "git_dirty": False, "lock_sha256": "l0"}
 
@@ -209,7 +209,7 @@ def test_a_reference_carries_the_trial_its_parent_and_what_code_differs(store, t
 def test_a_stage_trains_only_the_trials_no_whole_run_exists_for_decided_once(store, tmp_path):
     """to_train on a real store: the reused trial gets its reference run, the others are handed back to train, the
     choice is kept in the sweep's state, and a resumed stage keeps it even when more runs have appeared since."""
-    from sweeps.reuse import records, to_train
+    from sweeps.driver.reuse import records, to_train
     from sweeps.spec import parse_spec
 
     uri, client = store

@@ -1,4 +1,5 @@
-"""The tracking schema (sweeps/run_records.py): run keys, the record a trial reports and logs, read back by analysis
+"""The tracking schema (sweeps/tracking/run_records.py): run keys, the record a trial reports and logs, read back by
+analysis
 from a Ray results folder and from a real MLflow SQLite store; runs and journals of the code before it."""
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from analysis.run_labels import schedule_label
 from ssat import faults
 from ssat.config import from_dict
 from ssat.presets import preset
-from sweeps.mlflow_callback import TrackingCallback
-from sweeps.run_records import sweep_record, teacher_record, tracked_params, trial_key
+from sweeps.trials.mlflow_callback import TrackingCallback
+from sweeps.tracking.run_records import sweep_record, teacher_record, tracked_params, trial_key
 from sweeps.spec import parse_spec
-from sweeps.trial_settings import resolve_trial
+from sweeps.trials.trial_settings import resolve_trial
 
 # the store fixture (a fresh real MLflow SQLite store) is in conftest.py
 
@@ -34,7 +35,7 @@ TRAINED = {"method.name": "ssat-mbi", "attack.schedule": "linear", "attack.t": 3
 
 def grid_config(spec_meta: bool = True) -> dict:
     """The Tune config of the spec's trial as the grid stages before issue 27 wrote it (the old shape
-    sweeps.trial_settings still reads; optionally without spec_*, as a stage built by the code before the run
+    sweeps.trials.trial_settings still reads; optionally without spec_*, as a stage built by the code before the run
     record)."""
     (t,) = parse_spec(SPEC, epochs=5).trials()
     meta = {"sweep": "unit", "table": "schedules", "column_group": "mnist5k/cnn-small", "expected_seeds": 2,
@@ -122,13 +123,13 @@ def test_a_sampled_key_the_tracked_params_lack_is_a_parameter_under_its_own_name
 @pytest.mark.parametrize("value,text", [(0.0937, "0.094"), (1.48, "1.5"), (12.34, "12"), (3, "3"), (None, "none"),
                                         (True, "on"), (False, "off"), ("linear", "linear"), (1e-05, "1e-05")])
 def test_a_sampled_value_in_a_name_is_rounded_to_two_significant_digits(value, text):
-    from sweeps.run_records import value_text
+    from sweeps.tracking.run_records import value_text
 
     assert value_text(value) == text
 
 
 def test_a_label_says_a_text_value_as_itself_and_a_number_by_its_keys_last_part():
-    from sweeps.run_records import sampled_label, trial_label, trial_name
+    from sweeps.tracking.run_records import sampled_label, trial_label, trial_name
 
     sampled = {"attack.schedule": "linear", "attack.t": 3, "method.rho0": 0.1206, "method.rho_double_epoch": None}
     assert sampled_label(sampled, "4e14ab0377cc") == "linear t=3 rho0=0.12 rho_double_epoch=none #4e14"

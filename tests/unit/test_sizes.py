@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.skipif("MUTANT_UNDER_TEST" in os.environ, reason="the sources are mutmut's copies")
 ROOT = Path(__file__).resolve().parents[2]
 MODULE, CLASS, FUNCTION = 450, 150, 60
-OVER = {"ssat/train.py:Trainer": 183, "sweeps/tracking.py:Tracker": 225}  # lines now: at most this many
+OVER = {"ssat/train.py:Trainer": 183, "sweeps/tracking/tracker.py:Tracker": 225}  # lines now: at most this many
 
 
 def sizes(path: Path, rel: str) -> list[tuple[str, str, int, int]]:

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-import sweeps.driver as D
-from sweeps.interrupt import ended_by_slurm
+import sweeps.driver.sweep as D
+from sweeps.driver.interrupt import ended_by_slurm
 from sweeps.spec import read_yaml
 from sweeps import slurm
-from sweeps.driver_lock import LOCK_FILE, Host, LockInfo, proc_start_ticks
+from sweeps.driver.lock import LOCK_FILE, Host, LockInfo, proc_start_ticks
 from sweeps.errors import SweepError
-from sweeps.tracking import Tracker
+from sweeps.tracking.tracker import Tracker
 
 SPEC = """\
 name: s

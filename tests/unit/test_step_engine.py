@@ -206,7 +206,7 @@ def test_the_benchmarks_time_the_trainers_step(model, tmp_path):
 @pytest.mark.parametrize("wanted", [True, False])
 def test_each_trial_sets_cudnn_autotuning_afresh(wanted, monkeypatch):
     """Ray reuses actors: a trial must not inherit the setting a trial before it left in the process."""
-    from sweeps.trainable import reset_process_state
+    from sweeps.trials.trainable import reset_process_state
 
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", not (wanted and torch.cuda.is_available()))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # leave the test process's threads alone

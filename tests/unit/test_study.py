@@ -1,4 +1,4 @@
-"""sweeps/study.py: the search's Optuna study in the sweep's folder, driven here as Ray Tune drives its searcher
+"""sweeps/trials/study.py: the search's Optuna study in the sweep's folder, driven here as Ray Tune drives its searcher
 (suggest, a result per epoch, complete; save and restore), on a real SQLite storage: every trial named and linked,
 its intermediate values at the epochs that validated, a restored searcher going on with the same study."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import optuna
 import pytest
 
 from ssat.config import from_dict
-from sweeps.run_records import trial_key
+from sweeps.tracking.run_records import trial_key
 from sweeps.space import space_function
 from sweeps.spec import parse_spec
-from sweeps.study import (SweepSearch, check_new_study, dashboard_command, link_mlflow_run, redacted,
+from sweeps.trials.study import (SweepSearch, check_new_study, dashboard_command, link_mlflow_run, redacted,
                           search_identity, stopped_early, storage_url, study_attrs)
 from sweeps.errors import SweepError
 

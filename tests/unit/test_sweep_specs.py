@@ -5,8 +5,8 @@ import optuna
 import pytest
 
 from sweeps.errors import SweepError
-from sweeps.outcomes import crowding_thin, pareto_front
-from sweeps.resources import autoscaler_gpu_types, check_gpu
+from sweeps.trials.outcomes import crowding_thin, pareto_front
+from sweeps.driver.cluster import autoscaler_gpu_types, check_gpu
 from sweeps.space import define_by_run
 from sweeps.spec import SpecError, load_spec, parse_spec
 

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from sweeps import cli
-from sweeps.driver import SweepState
-from sweeps.driver_lock import LOCK_FILE, Host, LockInfo, hold
+from sweeps.driver.state import SweepState
+from sweeps.driver.lock import LOCK_FILE, Host, LockInfo, hold
 from sweeps.errors import SweepError
-from sweeps.paths import list_sweeps, missing_sweep, sweep_paths, sweeps_table
+from sweeps.driver.state import missing_sweep
+from sweeps.paths import list_sweeps, sweep_paths, sweeps_table
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "mlflow", "ray", "optuna")
@@ -189,7 +190,7 @@ def test_a_sweep_that_never_wrote_its_state_says_so(tmp_path, env):
 
 # ---- --gpu ------------------------------------------------------------------------------------------------------
 def test_an_unknown_gpu_is_refused_with_the_known_names_before_anything_else(tmp_path, env, monkeypatch):
-    import sweeps.run_options as O
+    import sweeps.driver.run_options as O
 
     def loaded(*a, **k):
         raise AssertionError("the spec was built into trials before --gpu was checked")
@@ -208,7 +209,7 @@ def test_an_unknown_gpu_is_refused_with_the_known_names_before_anything_else(tmp
 
 
 def test_the_dry_run_gets_the_resolved_gpu_and_the_measure_choice(tmp_path, env, monkeypatch):
-    import sweeps.dryrun as DR
+    import sweeps.costs.dryrun as DR
 
     seen = []
     monkeypatch.setenv("SSAT_CALIBRATION_DIR", str(tmp_path / "none"))

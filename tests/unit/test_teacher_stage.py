@@ -5,7 +5,7 @@ import torch
 
 from ssat.datasets import split_for
 from ssat.pseudo_labels import PseudoLabelError, TeacherOutputs
-from sweeps.teacher_stage import teacher_stage
+from sweeps.driver.teacher_stage import teacher_stage
 from test_trainer import tiny
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sweeps.tracking import Tracker, _owner_gone
+from sweeps.tracking.tracker import Tracker, _owner_gone
 from tests.servers import free_port
 from tests.unit import test_tracking_store as stores
 from tests.unit.test_tracking_store import _history, _replay, _run
@@ -23,7 +23,7 @@ QUIET = {"log": lambda line: None}
 # A driver whose store is away: it queues a run, two epochs, a tag and the end, then is killed.
 DRIVER = """
 import os, signal, sys
-from sweeps.tracking import Tracker
+from sweeps.tracking.tracker import Tracker
 t = Tracker(sys.argv[1], "exp", spool=sys.argv[2], log=lambda line: None)
 t.ensure_run("k1", {"ssat.kind": "trial"}, {"p": 1}, name="k1")
 for step in (1, 2):
@@ -36,7 +36,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 # A live driver whose store is away: it queues a run and an epoch, then waits (alive) until it is killed.
 LIVE_DRIVER = """
 import sys
-from sweeps.tracking import Tracker
+from sweeps.tracking.tracker import Tracker
 t = Tracker(sys.argv[1], "exp", spool=sys.argv[2], log=lambda line: None)
 t.ensure_run("k1", {"ssat.kind": "trial"}, name="k1")
 t.log_epoch("k1", {"val/pgd10": 0.25}, 1)

@@ -10,8 +10,8 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from sweeps.tracking import Tracker
-from sweeps.ui_link import ui_url
+from sweeps.tracking.tracker import Tracker
+from sweeps.tracking.ui_link import ui_url
 
 KIND = ("mlflow.experimentKind", "custom_model_development")
 
@@ -93,7 +93,7 @@ def _spec(kind: str):
 def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(tmp_path):
     """The MLflow link of a search sorts by the spec's metric in its direction and shows it, the sampled
     parameters and the confirm trials' test accuracies as columns: no column to tick by hand."""
-    from sweeps.ui_link import link_columns
+    from sweeps.tracking.ui_link import link_columns
 
     spec = _spec("search")
     assert link_columns(spec) == (["attack.schedule", "method.beta"],
@@ -113,7 +113,7 @@ def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(tmp_pa
 
 
 def test_a_grid_link_shows_the_table_metrics_and_the_grids_factors_by_name(tmp_path):
-    from sweeps.ui_link import link_columns
+    from sweeps.tracking.ui_link import link_columns
 
     spec = _spec("grid")
     assert link_columns(spec) == (["attack.schedule", "method.interpolate", "method.beta"],
@@ -128,7 +128,7 @@ def test_a_grid_link_shows_the_table_metrics_and_the_grids_factors_by_name(tmp_p
 
 
 def test_a_store_wedged_by_a_cut_migration_is_named_with_its_fix(tmp_path):
-    from sweeps.tracking import _wedged
+    from sweeps.tracking.tracker import _wedged
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     said = _wedged(uri, Exception("(sqlite3.OperationalError) table _alembic_tmp_endpoints already exists"))
@@ -140,7 +140,7 @@ def test_a_store_wedged_by_a_cut_migration_is_named_with_its_fix(tmp_path):
 
 
 def test_a_new_sqlite_store_is_made_beside_it_and_renamed_whole(tmp_path, monkeypatch):
-    import sweeps.tracking as tracking
+    import sweeps.tracking.tracker as tracking
 
     db = tmp_path / "mlflow.db"
     seen = []

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeps import tracking
-from sweeps.tracking import Tracker
+from sweeps.tracking import tracker as tracking
+from sweeps.tracking.tracker import Tracker
 from tests.servers import free_port
 
 QUIET = {"log": lambda line: None}

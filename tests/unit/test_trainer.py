@@ -85,7 +85,7 @@ def test_metrics_follow_the_schedule_and_checkpoints_exist(tmp_path):
     res = tr.final_evaluation()
     assert set(res) == {"best", "last"} and set(res["best"]) == {"clean", "pgd10", "pgd20"}
     n = res["best"]["clean"]["protocol"]["n"]
-    # the driver follows this stage from these lines (sweeps.progress_callback): no AutoAttack in this config
+    # the driver follows this stage from these lines (sweeps.trials.progress_callback): no AutoAttack in this config
     assert said[0] == f"final evaluation: best/last checkpoint on {n:,} test images, PGD-10, PGD-20"
     assert said[1:] == [f"  [{k}] pgd{s}: {res[k][f'pgd{s}']['acc']:.2f}%" for k in ("best", "last") for s in (10, 20)]
     saved = json.loads((tmp_path / "results.json").read_text())

@@ -1,4 +1,5 @@
-"""A trial's settings for Tune (sweeps/trial_settings.py): what every stage writes, read back into the same Config
+"""A trial's settings for Tune (sweeps/trials/trial_settings.py): what every stage writes, read back into the same
+Config
 and meta as the shapes the code before issue 27 wrote (a resumed sweep's trials arrive in those), and read once
 per trial by the driver's callbacks."""
 from __future__ import annotations
@@ -10,12 +11,12 @@ import pytest
 from ray.tune.search.variant_generator import generate_variants
 from ray.tune.utils.util import merge_dicts, unflatten_dict
 
-import sweeps.progress_callback as progress_callback
-import sweeps.trial_settings as trial_settings
-from sweeps.mlflow_callback import TrackingCallback
-from sweeps.progress_callback import ProgressCallback
+import sweeps.trials.progress_callback as progress_callback
+import sweeps.trials.trial_settings as trial_settings
+from sweeps.trials.mlflow_callback import TrackingCallback
+from sweeps.trials.progress_callback import ProgressCallback
 from sweeps.spec import parse_spec
-from sweeps.trial_settings import grid_space, resolve_trial, search_space, view
+from sweeps.trials.trial_settings import grid_space, resolve_trial, search_space, view
 
 # Two rows of a 10-epoch spec run with --epochs 5 (so spec_* differ from what is trained), two seeds
 GRID = {"name": "unit", "preset": "mnist5k-ssat-mbi", "table": "schedules", "column_group": "mnist5k/cnn-small",
@@ -29,7 +30,7 @@ EXTRA = {"git_commit": "abc", "git_dirty": False, "lock_sha256": "f00", "teacher
 
 
 def old_meta(spec) -> dict:
-    """The meta every trial of a sweep shared, as the code before issue 27 wrote it (sweeps/tuners.py _meta)."""
+    """The meta every trial of a sweep shared, as the code before issue 27 wrote it (sweeps/trials/tuners.py _meta)."""
     return {"sweep": spec.name, "table": spec.table, "column_group": spec.column_group,
             "expected_seeds": spec.expected_seeds, "cpus": spec.resources["cpu"], "gpu": spec.resources["gpu"],
             "metrics": spec.metric, **EXTRA}

@@ -1,4 +1,4 @@
-"""The dry run of CPU trials: their wall time on this machine from figures measured now (sweeps/wall_time.py), by
+"""The dry run of CPU trials: their wall time on this machine from figures measured now (sweeps/costs/wall_time.py), by
 hand from given figures, and one real measurement of the demo's training configuration."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import sweeps.wall_time as W
+import sweeps.costs.wall_time as W
 from ssat.config import from_dict
 from ssat.datasets import split_for
 from ssat.presets import preset
-from sweeps.dryrun import dry_run
+from sweeps.costs.dryrun import dry_run
 from sweeps.spec import load_spec, parse_spec
 
 DEMO = Path(__file__).resolve().parents[2] / "sweeps" / "specs" / "mnist5k-demo.yaml"
@@ -116,7 +116,7 @@ def test_the_demos_wall_time_by_hand():
 
 
 def test_a_trials_seconds_take_its_own_figures():
-    from sweeps.costs import attack_work, final_images
+    from sweeps.costs.model import attack_work, final_images
 
     spec = demo()
     cfg = spec.trials()[0].config
@@ -128,7 +128,7 @@ def test_a_trials_seconds_take_its_own_figures():
     assert W.trial_seconds(tf32, "grid", figs)["evaluation"] == pytest.approx(50.0)  # TF32's own figures
     c = from_dict(preset("cifar10-ssat-mbi"), {"eval.test_n": 1000, "eval.autoattack_n": 100})
     attacks = attack_work(final_images(c, "grid"), "cifar10")
-    assert attacks["apgd-t"] == pytest.approx(100 * 0.5539)  # run on the images still robust (sweeps.costs)
+    assert attacks["apgd-t"] == pytest.approx(100 * 0.5539)  # run on the images still robust (sweeps.costs.model)
     per = {a: 1.0 for a in attacks}
     got = W.trial_seconds(c, "grid", {"training": {}, "eval": {json.dumps([c.model.name, False]): per}})
     assert got["evaluation"] == pytest.approx(sum(attacks.values()) / 1000) and got["training"] is None
@@ -221,7 +221,7 @@ def test_measuring_the_demos_figures_here(capsys):
 
 
 def test_a_config_that_averages_swa_weights_can_be_timed(tmp_path):
-    from sweeps.measure import training_config
+    from sweeps.costs.measure import training_config
 
     cfg = demo().trials()[0].config
     assert (cfg.optim.swa_start, cfg.optim.swa_bn) == (60, "average")
@@ -245,7 +245,7 @@ def test_trials_on_a_gpu_are_never_timed_here_and_keep_the_gpu_lines(monkeypatch
 
 
 def test_cpu_trials_with_a_gpu_named_get_both(monkeypatch):
-    from sweeps.measurements import read_records
+    from sweeps.costs.measurements import read_records
 
     spec = demo()
     monkeypatch.setattr(W, "measure", lambda s: figures(s))
@@ -261,7 +261,7 @@ def test_cpu_trials_with_a_gpu_named_get_both(monkeypatch):
 
 
 def test_the_dryrun_command_times_cpu_trials_unless_told_not(monkeypatch, capsys):
-    from sweeps.dryrun import main
+    from sweeps.costs.dryrun import main
 
     monkeypatch.setattr(W, "measure", lambda s: figures(s))
     monkeypatch.setattr(W.os, "sched_getaffinity", lambda pid: {0, 1})
@@ -345,7 +345,7 @@ def test_what_is_timed_and_how(monkeypatch):
 def test_a_job_runs_on_the_trials_threads_and_restores_them(monkeypatch):
     import torch
 
-    import sweeps.measure as M
+    import sweeps.costs.measure as M
 
     before = torch.get_num_threads()
     monkeypatch.setattr(M, "run_here", lambda job: [torch.get_num_threads(), job["device"], job["kind"]])
@@ -354,7 +354,7 @@ def test_a_job_runs_on_the_trials_threads_and_restores_them(monkeypatch):
 
 
 def test_a_job_that_fails_is_not_measured_with_its_reason(monkeypatch):
-    import sweeps.measure as M
+    import sweeps.costs.measure as M
 
     def boom(job):
         raise RuntimeError("x" * 300)

@@ -1,0 +1,1 @@
+"""What a sweep costs: the cost model, the dry run, calibrate and its measurements."""

@@ -1,0 +1,1 @@
+"""Everything MLflow and nothing of Ray: the tracker, run records, provenance and the UI link."""
