@@ -88,13 +88,12 @@ def plan(parts: list[PaperPart], specs: Path = SPECS) -> dict:
     return out
 
 
-def machine() -> str:
-    """The CPU and cores this ran on, as the report's header says it."""
-    model = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                  if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else \
-        platform.processor()
+def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU and cores this ran on, as the report's header says it (the CPU's name from `cpuinfo` on Linux)."""
     import os
 
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), platform.processor())
     return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
             f"Python {platform.python_version()}")
 

@@ -45,7 +45,7 @@ def targets(client, experiment: str, seeds: tuple[int, ...]) -> list[Target]:
                                 max_results=5000):
         original = client.get_run(r.data.tags["ssat.reuses"]) if "ssat.reuses" in r.data.tags else r
         tags, metrics = original.data.tags, original.data.metrics
-        seed = int(tags.get("ssat.seed", -1))
+        seed = int(tags["ssat.seed"]) if "ssat.seed" in tags else None  # a run with no seed is no row's
         if seed in seeds and "test/best/autoattack" not in metrics and "time/epochs" in metrics:
             out.append(Target(original.info.run_id, tags.get("ssat.sweep", experiment), tags["ssat.key"],
                               original.info.run_name, seed, int(metrics["time/epochs"])))

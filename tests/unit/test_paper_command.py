@@ -191,3 +191,180 @@ def test_finish_attacks_every_parts_sweep_once_then_writes_the_report_with_the_a
     assert finish(parts, work, tmp_path, saved, time.perf_counter(), ((0, 1), 50), lines.append) == 0
     assert reported[0][5] == {"AutoAttack": timings["autoattack"]["wall_s"]}  # the time of the run that attacked
     assert lines[-1].startswith("[paper] done in ") and lines[-1].endswith(f": {tmp_path / 'index.md'}")
+
+
+def test_the_machine_line_reads_the_cpus_name_after_the_first_colon_else_the_platforms(tmp_path):
+    import os
+    import platform
+
+    from sweeps.paper import machine
+
+    rest = f"{os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Foo: Bar 9000 @ 2.0GHz\nmodel name\t: other\n")
+    assert machine(info) == f"Foo: Bar 9000 @ 2.0GHz, {rest}"
+    info.write_text("processor\t: 0\nCPU part\t: 0xd0c\n")  # an ARM machine's cpuinfo names no model
+    assert machine(info) == f"{platform.processor()}, {rest}"
+    assert machine(tmp_path / "absent") == f"{platform.processor()}, {rest}"
+
+
+def test_only_names_every_unknown_part():
+    with pytest.raises(UsageError) as e:
+        chosen(["fig9", "table8", "fig4"])
+    assert str(e.value) == ("--only: fig9, table8; allowed: table1, table2, table3, table4, table5, tables6-7, fig4, "
+                            "fig5")
+
+
+class FakeClock:
+    """time.perf_counter for sweeps.paper: each call 12.345 s after the one before."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self):
+        self.now += 12.345
+        return self.now
+
+    strftime = staticmethod(__import__("time").strftime)
+
+
+def _stub_sweeps(monkeypatch, rc=0):
+    import sweeps.driver.sweep as driver
+
+    calls = []
+    monkeypatch.setattr(driver, "run_sweep", lambda *a, **k: calls.append(("run", a, k, _outer())) or rc)
+    monkeypatch.setattr(driver, "resume_sweep", lambda *a, **k: calls.append(("resume", a, k, _outer())) or rc)
+    return calls
+
+
+def _outer():
+    from sweeps.trials.progress_callback import OuterJob
+
+    return OuterJob.name, OuterJob.later_epochs
+
+
+@pytest.mark.parametrize("gpus, cpus, want", [(0, 4, dict(cpu_only=True, gpu_share=None, sets={}, max_concurrent=2)),
+                                              (2, 4, "gpu"), (2, None, "gpu")])
+def test_a_new_part_runs_its_spec_with_reuse_on_the_demos_hardware(tmp_path, monkeypatch, gpus, cpus, want):
+    """No sweep yet: run_sweep(the spec file, RunArgs(reuse=True, the demo's hardware plan)) inside the paper's
+    progress (the epochs of the parts after it), its exit code returned."""
+    import os
+
+    import torch
+
+    from sweeps.demo import GPU_SETS, GPU_SHARE, gpu_plan
+    from sweeps.driver.run_options import RunArgs
+    from sweeps.paper import run_part
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    calls = _stub_sweeps(monkeypatch, rc=5)
+    work = plan(chosen(["table3"]))["table3"]
+    lines = []
+    assert run_part(PARTS[2], work, tmp_path, 77, log=lines.append) == 5
+    (kind, args, kw, outer), = calls
+    hw = gpu_plan(gpus, cpus or 1, None)
+    if want == "gpu":
+        assert (hw["cpu_only"], hw["gpu_share"], hw["sets"]) == (False, GPU_SHARE, GPU_SETS)
+        assert hw["max_concurrent"] == min(round(gpus / GPU_SHARE), max(1, (cpus or 1) - 1))
+    else:
+        assert hw == want
+    assert kind == "run" and args == (work["file"], RunArgs(reuse=True, **hw))
+    assert kw == {"workdir": tmp_path, "log": lines.append} and outer == ("the paper", 77)
+    assert _outer() == (None, 0)  # the paper's progress ends with the part
+    assert lines == [f"[paper] table3: sweep mnist5k-paper-table3, {work['trials']} trials ({work['reused']} of them "
+                     "another part's)"]
+
+
+def test_a_cut_part_resumes_its_sweep_and_reruns_its_failed_trials(tmp_path, monkeypatch):
+    from sweeps.paper import run_part
+
+    calls = _stub_sweeps(monkeypatch, rc=0)
+    work = plan(chosen(["fig5"]))["fig5"]
+    _state(tmp_path, "mnist5k-paper-fig5", "incomplete")
+    lines = []
+    assert run_part(PARTS[7], work, tmp_path, 12, log=lines.append) == 0
+    assert calls == [("resume", ("mnist5k-paper-fig5",), {"workdir": tmp_path, "rerun_failed": True,
+                                                          "log": lines.append}, ("the paper", 12))]
+    assert lines == ["[paper] fig5: resuming its sweep mnist5k-paper-fig5"]
+
+
+def test_every_part_runs_each_timed_by_the_clock_and_saved_as_it_ends(tmp_path, monkeypatch):
+    """All parts run (table5, which has no sweep, is passed over, not the end); each part's wall time is saved in
+    runs/paper/timings.json (made with its folders) as it ends; the command's total comes from the same clock."""
+    import json
+
+    import sweeps.paper as paper
+
+    clock, seen, finished = FakeClock(), [], []
+    monkeypatch.setattr(paper, "time", clock)
+
+    def run_part(part, work, workdir, left, log):
+        seen.append((part.name, work, workdir, log))
+        return 0
+
+    monkeypatch.setattr(paper, "run_part", run_part)
+    monkeypatch.setattr(paper, "finish", lambda *a: finished.append(a) or 0)
+    lines = []
+    work = plan(chosen(None))
+    assert paper.run_paper(Args(tmp_path), log=lines.append) == 0
+    assert [s[0] for s in seen] == ["table1", "table2", "table3", "table4", "tables6-7", "fig4", "fig5"]
+    assert all(w == work[n] and wd == tmp_path.resolve() and log == lines.append for n, w, wd, log in seen)
+    saved = (tmp_path / "runs" / "paper" / "timings.json").read_text()
+    timings = {n: {"wall_s": 12.3} for n, *_ in seen}
+    assert saved == json.dumps(timings, indent=1)
+    # t0 is the clock's first reading; part k is said done at its (3k + 4)th, 3k + 3 steps of 12.345 s later
+    from sweeps.trials.progress_callback import duration
+
+    assert lines[1:] == [f"[paper] {n} done ({duration(12.345 * (3 * k + 3))} so far)" for k, (n, *_) in
+                         enumerate(seen)]
+    (parts, work2, workdir, timings2, t0, autoattack, log), = finished
+    assert t0 == 1012.345 and timings2 == timings and autoattack == ((0, 1), 50) and log == lines.append
+
+
+def test_the_specs_folder_option_plans_from_its_files(tmp_path, monkeypatch):
+    import sweeps.paper as paper
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    raw = yaml.safe_load((SPECS / "mnist5k-paper-fig5.yaml").read_text())
+    raw["seeds"] = raw["seeds"][:1]  # one seed of two: half the trials
+    (specs / "mnist5k-paper-fig5.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setattr(paper, "run_part", lambda *a: 0)
+    monkeypatch.setattr(paper, "finish", lambda parts, work, *a: work)
+    args = Args(tmp_path, only=["fig5"])
+    args.specs = str(specs)
+    work = paper.run_paper(args, log=lambda s: None)
+    assert 2 * work["fig5"]["trials"] == plan(chosen(["fig5"]))["fig5"]["trials"]
+
+
+def test_finish_times_autoattack_by_the_clock_and_keeps_its_time_only_when_it_attacked(tmp_path, monkeypatch):
+    import json
+
+    import analysis.paper_report as paper_report
+    import sweeps.paper as paper
+    import sweeps.subset_autoattack as subset
+    from sweeps.trials.progress_callback import duration
+
+    parts = chosen(["table2", "table5"])
+    work = plan(parts)
+    for name in ("mnist5k-demo", "mnist5k-paper-table1"):
+        _state(tmp_path, name, "done")
+    clock, attacked_with, reported, lines = FakeClock(), [], [], []
+    monkeypatch.setattr(paper, "time", clock)
+    monkeypatch.setattr(subset, "run_autoattack", lambda *a: attacked_with.append(a) or 2)
+    monkeypatch.setattr(paper_report, "write_report", lambda *a: reported.append(a) or tmp_path / "index.md")
+    timings = {"table5": {"wall_s": 4.0}, "table2": {"wall_s": 8.0}}
+    for _ in range(2):  # a second attack (new runs) writes over the first's time
+        assert paper.finish(parts, work, tmp_path, timings, 1000.0, ((0,), 20), lines.append) == 0
+    assert attacked_with[0][-1] == lines.append
+    assert timings["autoattack"] == {"wall_s": 12.3}
+    assert (tmp_path / "runs" / "paper" / "timings.json").read_text() == json.dumps(timings, indent=1)
+    report, out, uri, machine, date, steps = reported[-1]
+    assert machine == paper.machine() and steps == {"AutoAttack": 12.3}
+    t2, t5 = report[1], report[2]  # table1 comes along for table5, first
+    assert (t2.stages, t2.wall_seconds) == (("demo",), 8.0) and (t5.stages, t5.wall_seconds) == (None, None)
+    assert lines[-1] == f"[paper] done in {duration(clock.now - 1000.0)}: {tmp_path / 'index.md'}"
+    monkeypatch.setattr(subset, "run_autoattack", lambda *a: 0)
+    assert paper.finish(parts, work, tmp_path, {}, 1000.0, ((0,), 20), lines.append) == 0
+    assert reported[-1][5] == {}  # nothing attacked and no time of an earlier attack: no AutoAttack step

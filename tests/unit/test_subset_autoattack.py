@@ -75,6 +75,20 @@ def test_the_targets_are_finished_trials_of_the_seeds_each_once_a_reused_one_as_
     assert targets(s.client, "no such sweep", (0, 1)) == []
 
 
+def test_a_run_without_a_seed_is_no_target_and_one_without_its_sweep_tag_belongs_to_its_experiment(tmp_path):
+    s = Store(tmp_path)
+    for name, drop in (("no seed", "ssat.seed"), ("no sweep", "ssat.sweep")):
+        run = s.client.create_run(s.experiment("a"), run_name=name, tags={
+            "ssat.kind": "trial", "ssat.seed": "1", "ssat.key": f"a/{name}", "ssat.sweep": "elsewhere"})
+        s.client.delete_tag(run.info.run_id, drop)
+        s.client.log_metric(run.info.run_id, "time/epochs", 3, step=3)
+        s.client.set_terminated(run.info.run_id, "FINISHED")
+        if drop == "ssat.sweep":
+            kept = run.info.run_id
+    for seeds in ((1,), (-1, 0, 1, 2), tuple(range(-2, 3))):
+        assert targets(s.client, "a", seeds) == [Target(kept, "a", "a/no sweep", "no sweep", 1, 3)]
+
+
 def test_a_targets_config_is_its_own_with_autoattack_on_the_first_n_images(tmp_path):
     s = Store(tmp_path)
     run = s.with_checkpoint(s.trial("a", "A s0", 0))
@@ -110,3 +124,45 @@ def test_every_target_gets_its_result_at_its_last_epoch_once(tmp_path, workers):
     assert run_autoattack(s.uri, ["a", "b"], (0, 1), IMAGES, tmp_path, log=again.append, workers=workers) == 0
     assert again == ["[autoattack] 0 run(s) without AutoAttack: seeds 0, 1, best checkpoint, the first 4 test images"]
     assert len(s.client.get_metric_history(a0, "test/best/autoattack")) == 1
+
+
+def test_each_result_is_written_into_its_run_and_the_time_left_is_the_mean_so_far_times_the_runs_left(
+        tmp_path, monkeypatch):
+    """The attacks stood in for (their results made up; the real ones run above): what run_autoattack does with
+    each result, read back from the real store, and its progress by a clock that says 10, 20 and 30 s per run."""
+    from types import SimpleNamespace
+
+    import sweeps.subset_autoattack as subset
+    from sweeps.tracking.tracker import Tracker
+
+    s = Store(tmp_path)
+    for i in range(3):
+        s.trial("a", f"A{i}", 0, metrics={"time/epochs": 4})
+    clock = iter([100.0, 110.0, 130.0, 160.0])
+    monkeypatch.setattr(subset, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    order = []
+
+    def results(uri, todo, images, workers):
+        for i, t in enumerate(todo, 1):
+            order.append(t)
+            yield t, {"test/best/autoattack": 10.0 * i}, {"protocol/best/autoattack": f'{{"n": {images}}}'}, [" x "]
+
+    monkeypatch.setattr(subset, "_results", results)
+    lines = []
+    assert run_autoattack(s.uri, ["a"], (0,), IMAGES, tmp_path, log=lines.append, workers=1) == 3
+    names = [t.name for t in order]
+    assert [ln for ln in lines if ln.startswith("[autoattack] A")] == [
+        f"[autoattack] {names[0]}: 10.00% (1/3, about 20 s left)",   # 10 s so far, 10 s a run, 2 runs left
+        f"[autoattack] {names[1]}: 20.00% (2/3, about 15 s left)",   # 30 s so far, 15 s a run, 1 run left
+        f"[autoattack] {names[2]}: 30.00% (3/3)"]
+    assert [ln for ln in lines if ln.startswith("  ")] == [f"  {n}: x" for n in names]
+    for i, t in enumerate(order, 1):
+        assert [(m.step, m.value) for m in s.client.get_metric_history(t.run_id, "test/best/autoattack")] == [
+            (4, 10.0 * i)]
+        assert s.client.get_run(t.run_id).data.tags["protocol/best/autoattack"] == f'{{"n": {IMAGES}}}'
+    s.trial("a", "A3", 0)
+    monkeypatch.setattr(Tracker, "flush", lambda self, timeout: False)
+    monkeypatch.setattr(subset, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+    with pytest.raises(RuntimeError) as e:
+        run_autoattack(s.uri, ["a"], (0,), IMAGES, tmp_path, log=lines.append, workers=1)
+    assert str(e.value) == f"the AutoAttack result of A3 could not be written to {s.uri}"
