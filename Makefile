@@ -21,23 +21,23 @@ paper: $(STAMP)
 	$(BIN)/python -m sweeps paper
 
 test: $(STAMP)
-	$(BIN)/python -m tests.tiers
+	$(BIN)/python -m devtools.tiers
 
 test-unit: $(STAMP)
-	$(BIN)/python -m tests.tiers unit
+	$(BIN)/python -m devtools.tiers unit
 
 test-integration: $(STAMP)
-	$(BIN)/python -m tests.tiers integration
+	$(BIN)/python -m devtools.tiers integration
 
 test-slow: $(STAMP)
-	$(BIN)/python -m tests.tiers slow
+	$(BIN)/python -m devtools.tiers slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/step_time.py
 
 # Mutation scores of the unit tier (tests/MUTATION.md): MODULE=ssat/schedules.py for one module, none for all.
 mutation: $(STAMP)
-	$(BIN)/python -m tests.mutation $(MODULE)
+	$(BIN)/python -m devtools.mutation $(MODULE)
 
 # Re-resolve the full dependency set (run after changing pyproject.toml's pins).
 lock: $(STAMP)
@@ -46,4 +46,4 @@ lock: $(STAMP)
 # PNGs of MLflow's UI on a small sweep's store for the README (needs a headless Chromium: clusters/ci_prereqs.sh).
 .PHONY: screenshots
 screenshots: $(STAMP)
-	$(BIN)/python -m tests.ui_pages docs/img
+	$(BIN)/python -m devtools.ui_pages docs/img

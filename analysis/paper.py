@@ -7,7 +7,7 @@ ablation, schedules, awr-ablation, the training-time table, and the two supervis
 (FixMatch, supervised, training time); ``emphasis`` is the paper's bold/underline, used by a test to check
 our emphasis rules. The TRADES and TRADES+DAAT rows of the ResNet-18 group are quoted by the paper from
 the DAAT paper. Figs. 4-5 (beta, rho) are plots without printed numbers: nothing to ship for them.
-``tests/unit/test_analysis_paper.py`` checks this file against the .tex.
+``tests/unit/analysis/test_paper.py`` checks this file against the .tex.
 """
 from __future__ import annotations
 

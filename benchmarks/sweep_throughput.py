@@ -38,7 +38,7 @@ def run(workdir: Path, name: str, trials: int, epochs: int, concurrency: int, re
     import ray
 
     from sweeps.cli import main as sweeps_main
-    from tests.integration.sweep_helpers import trial_runs
+    from devtools.sweep_helpers import trial_runs
 
     os.environ["SSAT_REUSE_ACTORS"] = "1" if reuse else "0"
     s = spec(workdir / f"{name}.yaml", name, trials, epochs, concurrency, cpus=max(0.5, os.cpu_count() / concurrency))

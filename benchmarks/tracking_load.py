@@ -3,7 +3,7 @@ on SQLite.
 
 A sweep's results go through the real Tune callback (sweeps.trials.mlflow_callback.TrackingCallback) and the real
 Tracker
-into a real `mlflow server --workers 1` on 127.0.0.1 (tests/servers.py), whose store is a PostgreSQL database (a
+into a real `mlflow server --workers 1` on 127.0.0.1 (devtools/servers.py), whose store is a PostgreSQL database (a
 throwaway cluster, tests/servers.PostgresServer) or a SQLite file. The trials are stand-ins for Tune's Trial objects
 carrying the real trial settings (sweeps/trials/trial_settings.py: Table 1's grid, seeds added until there are enough
 trials), and every result is shaped like the trainable's (`sweeps/trials/trainable.py`: the epoch's metrics, `run_json`,
@@ -55,7 +55,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from sweeps.trials.mlflow_callback import TrackingCallback  # noqa: E402
 from sweeps.spec import load_spec  # noqa: E402
 from sweeps.trials.trial_settings import grid_space  # noqa: E402
-from tests.servers import MlflowServer, PostgresServer, postgres_missing  # noqa: E402
+from devtools.servers import MlflowServer, PostgresServer, postgres_missing  # noqa: E402
 
 SPEC = ROOT / "sweeps" / "specs" / "paper-table1-main.yaml"
 # What the trainer reports every epoch (names from a real sweep's store), padded with more of the same kinds.
@@ -213,7 +213,7 @@ def machine() -> dict:
     import sqlalchemy
 
     pg = None
-    from tests.servers import postgres_bin_dir
+    from devtools.servers import postgres_bin_dir
 
     if postgres_bin_dir():
         import subprocess

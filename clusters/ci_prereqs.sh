@@ -13,7 +13,7 @@
 #   chromium-headless-shell         a headless Chromium: tests/integration/test_mlflow_ui.py renders MLflow's UI
 #                                   (~280 MB with chromium-common; Debian only, Ubuntu ships Chromium as a snap)
 #   postgresql                      Debian's PostgreSQL server programs (initdb, postgres, pg_dump; ~50 MB): the
-#                                   tests start throwaway clusters of their own (tests/servers.py PostgresServer,
+#                                   tests start throwaway clusters of their own (devtools/servers.py PostgresServer,
 #                                   clusters/postgres.sh) as the `postgres` user, on loopback ports. postgresql-common
 #                                   is installed first and told not to make the distribution's "main" cluster, and
 #                                   the policy-rc.d guard keeps the package from starting any service.

@@ -3,7 +3,7 @@
 A run's key (tracking, teachers, checkpoints' resume checks) is this hash. What does not change what is trained is
 left out: where things are and what runs them (LOCATION_FIELDS), how fast (PERF_FIELDS), and fields added after runs
 were tracked while they hold the value that reproduces the code before them (HASH_NEUTRAL, HASHED_ONLY_WHERE), so
-that every key made before them stays (tests/unit/test_preset_hashes.py).
+that every key made before them stays (tests/unit/ssat/test_presets_hashes.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import json
 LOCATION_FIELDS = (("data", "root"), ("data", "teacher_dir"), ("system", "device"), ("system", "threads"),
                    ("system", "cuda_memory_fraction"), ("system", "compile_cache"))
 # Fields added after runs were tracked, left out of config_hash while they hold the value that reproduces the
-# code before them: every run tracked so far keeps its key (tests/unit/test_preset_hashes.py).
+# code before them: every run tracked so far keeps its key (tests/unit/ssat/test_presets_hashes.py).
 HASH_NEUTRAL = {("data", "labeled_sampling"): "random", ("method", "awr_forwards"): "single",
                 ("attack", "inner_target"): "soft", ("optim", "lr_decay_after_milestone"): False,
                 ("optim", "swa_bn"): "recompute", ("method", "pgd_forward"): "always", ("eval", "tf32"): False,

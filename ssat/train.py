@@ -36,7 +36,7 @@ from .runtime import resolve_device, seed_everything
 from .schedules import at_epoch
 from .swa import WeightAverage
 from .teacher import load_teacher_model, resolve_teacher
-from .storage import ForeignFileError, load_verified, save_verified
+from .train_state import load_state, save
 from .entry import entry_point
 
 
@@ -81,7 +81,7 @@ class Trainer:
         self.epoch, self.best_score, self.best_clean, self.best_epoch, self.history = 0, -math.inf, -math.inf, 0, []
         self.train_seconds = 0.0
         if (self.out / "state.pt").exists():
-            self.load_state()
+            load_state(self)
 
     # ---- build steps --------------------------------------------------------------------------
     def _build_process(self) -> torch.device:
@@ -157,48 +157,6 @@ class Trainer:
                              fold_bn=self.cfg.system.fold_bn, log=lambda s: None)
         return {"val/clean": res["clean"]["acc"], "val/pgd10": res["pgd10"]["acc"]}
 
-    # ---- state --------------------------------------------------------------------------------
-    def _weights(self, model: nn.Module, kind: str, epoch: int, metrics: dict) -> dict:
-        return {"model": {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
-                "config": self.cfg.to_dict(), "kind": kind, "epoch": epoch, "metrics": metrics,
-                "split_hash": self.split.hash, "model_name": self.cfg.model.name}
-
-    def state_dict(self) -> dict:
-        st = {"epoch": self.epoch, "model": self.model.state_dict(), "opt": self.opt.state_dict(),
-              "gen": self.gen.get_state(), "torch_rng": torch.get_rng_state(), "best_score": self.best_score,
-              "best_clean": self.best_clean, "best_epoch": self.best_epoch, "history": self.history,
-              "train_seconds": self.train_seconds, "config_hash": self.cfg.config_hash(exclude_seed=False)}
-        if self.device.type == "cuda":
-            st["cuda_rng"] = torch.cuda.get_rng_state(self.device)
-        if self.swa is not None:
-            st["swa"] = self.swa.avg.state_dict()
-        return st
-
-    def load_state(self) -> None:
-        st = load_verified(self.out / "state.pt", map_location=self.device)
-        if st.get("config_hash") != self.cfg.config_hash(exclude_seed=False):
-            raise ForeignFileError(f"{self.out / 'state.pt'}: saved by another configuration; refusing to resume "
-                             "into it (use a fresh output folder)")
-        self.model.load_state_dict(st["model"])
-        self.opt.load_state_dict(st["opt"])
-        self.gen.set_state(st["gen"].cpu())  # the data-order generator lives on the CPU (state loaded to the device)
-        torch.set_rng_state(st["torch_rng"].cpu())
-        if "cuda_rng" in st and self.device.type == "cuda":
-            torch.cuda.set_rng_state(st["cuda_rng"].cpu(), self.device)
-        if self.swa is not None and "swa" in st:
-            self.swa.avg.load_state_dict(st["swa"])
-        self.epoch, self.best_score, self.best_epoch = st["epoch"], st["best_score"], st["best_epoch"]
-        self.best_clean = st["best_clean"]
-        self.history, self.train_seconds = st["history"], st["train_seconds"]
-        self.log(f"resumed from {self.out / 'state.pt'} after epoch {self.epoch}")
-
-    def save(self, metrics: dict, selection: nn.Module, improved: bool) -> None:
-        if improved:
-            save_verified(self._weights(selection, "best", self.epoch, metrics), self.out / "best.pt")
-        last = self.model if self.swa is None or not self.swa.active(self.epoch) else self.swa.avg.module
-        save_verified(self._weights(last, "last", self.epoch, metrics), self.out / "last.pt")
-        save_verified(self.state_dict(), self.out / "state.pt")  # last: it marks the epoch as done
-
     # ---- the loop -----------------------------------------------------------------------------
     def epochs(self) -> Iterator[dict]:
         """Train the remaining epochs; yield each epoch's metrics after its checkpoint is on disk."""
@@ -217,7 +175,7 @@ class Trainer:
                 metrics["val/best_pgd10"] = self.best_score
             self.epoch = epoch
             self.history.append(metrics)
-            self.save(metrics, selection, improved)
+            save(self, metrics, selection, improved)
             faults.maybe("after_checkpoint", epoch)
             self.log(_progress(epoch, self.cfg.optim.epochs, metrics))
             yield metrics

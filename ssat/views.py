@@ -21,7 +21,7 @@ every stage runs on the whole batch (a fixed set of kernels, no host read); on a
 nothing and arithmetic is the cost, each stage runs only on the images that drew it (`_only`). The
 arithmetic follows torchvision's kernels (float32 products, the fused multiply-add of `add_(..., alpha=...)`,
 truncation to uint8) so single images match `transforms.v2.functional` bit for bit on a CPU (see
-tests/unit/test_randaugment_batched.py for what is exact and what is not).
+tests/unit/ssat/test_views_randaugment.py for what is exact and what is not).
 
 All draws of a call are made up front on the CPU (`*_draws`), turned into per-image parameters there, and sent to
 the device in one copy (`upload`): no per-image or per-chunk Python loop, no `.item()`, no host synchronisation.

@@ -344,7 +344,7 @@ Table 8 column is training alone at the paper's per-epoch minutes. "at least" to
 measured.
 
 Regenerate after new measurements, spec or default changes: `.venv/bin/python -m sweeps.costs.dryrun --table`
-(tests/unit/test_dryrun.py fails while this page differs from what that writes). One sweep, trial by trial:
+(tests/unit/sweeps/costs/test_dryrun.py fails while this page differs from what that writes). One sweep, trial by trial:
 `.venv/bin/python -m sweeps run SPEC --dry-run --gpu NAME`. Your own GPU: `python -m sweeps calibrate SPEC`
 measures what that needs, and the dry run reads your figures first.
 """

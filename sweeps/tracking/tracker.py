@@ -15,27 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import itertools
-import json
 import os
-import socket
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
 
-from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from analysis.record import FINAL_PREFIXES, HISTORY_PREFIXES, with_pg_driver
 
+from .journal import Journal
+from .run_store import RunStore
+
 RETRY_AFTER_S = 15.0
-# The experiment's kind as MLflow records it (model development, not GenAI). MLflow 3.17.2's UI does not read it
-# yet: the view comes from `?workflowType=` in the URL (else the browser's last choice, else GenAI), so the
-# links this project prints name the view (`ui_url`).
-EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
 # The driver's client must fail fast when a server is away (MLflow's defaults retry for minutes and would
@@ -43,21 +37,6 @@ EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 for _var, _val in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
                    ("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")):
     os.environ.setdefault(_var, _val)
-_JOURNALS = itertools.count()
-
-
-def _owner_gone(journal: Path, stem: str) -> bool:
-    """A journal `<stem>.<host>.<pid>.<n>.jsonl` belongs to a driver that is gone: another host's (one
-    driver per sweep at a time), or a process of this host that no longer exists. This process's own
-    journals (other Trackers alive in it) are never taken."""
-    parts = journal.name[len(stem) + 1: -len(".jsonl")].rsplit(".", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
-        return False
-    host, pid = parts[0], int(parts[1])
-    if host != socket.gethostname():
-        return True
-    return pid != os.getpid() and not Path(f"/proc/{pid}").exists()
-
 
 class TrackingUnavailable(RuntimeError):
     """The tracking store cannot be reached or written."""
@@ -169,116 +148,34 @@ def creating_store(uri: str):
         yield
 
 
-def flat_str(v: Any) -> str:
-    """The text MLflow keeps for a param or tag value (None -> "None")."""
-    return str(v)
-
-
 class Tracker:
-    """Find-or-create runs by key and write to them through a retrying operation queue."""
+    """Find-or-create runs by key and write to them through a retrying operation queue, journaled on disk."""
 
     def __init__(self, uri: str, experiment: str, artifact_root: str | Path | None = None,
                  spool: str | Path | None = None, log=print):
         self.uri, self.experiment, self.log = uri, experiment, log
-        self.client = MlflowClient(uri)
-        self.artifact_root = (Path(artifact_root).resolve().as_uri() if artifact_root and not uri.startswith("http")
-                              else None)
+        self.store = RunStore(uri, experiment, artifact_root)
+        self.client, self.artifact_root = self.store.client, self.store.artifact_root
+        self.runs, self.last_step = self.store.runs, self.store.last_step
         self.spool = Path(spool) if spool else None
-        self.journal = (self.spool.with_name(f"{self.spool.stem}.{socket.gethostname()}.{os.getpid()}."
-                                             f"{next(_JOURNALS)}.jsonl") if self.spool else None)
-        self.queue: list[dict] = []
-        self.runs: dict[str, str] = {}       # key -> run id
-        self.last_step: dict[str, int] = {}  # key -> last logged epoch
-        self._exp_id: str | None = None
+        self._journal = Journal(self.spool, log) if self.spool else None
+        self.queue: list[dict] = self._journal.adopt() if self._journal else []
         self._warned = False
-        self._journal_failing = False
         self._next_try = 0.0
-        if self.spool:
-            self._adopt()
 
-    # ---- the journal ---------------------------------------------------------------------------
-    def _adopt(self) -> None:
-        """Take over what drivers that are gone left unsent (the spool and their journals)."""
-        stem = self.spool.stem
-        found = [self.spool] if self.spool.exists() else []
-        found += [j for j in sorted(self.spool.parent.glob(f"{stem}.*.jsonl")) if _owner_gone(j, stem)]
-        for f in found:
-            for line in filter(str.strip, f.read_text().splitlines()):
-                try:
-                    self.queue.append(json.loads(line))
-                except json.JSONDecodeError:  # the last line of a driver that died mid-write (power loss)
-                    self.log(f"[tracking] skipped a torn line of {f.name}: {line[:80]}")
-        if found:
-            if self._journal(self.queue):  # ours first, then theirs go: a kill in between only duplicates
-                for f in found:
-                    f.unlink(missing_ok=True)
-            self.log(f"[tracking] adopted {len(self.queue)} operation(s) left unsent by an earlier driver "
-                     f"({', '.join(f.name for f in found)})")
+    @property
+    def journal(self) -> Path | None:
+        return self._journal.path if self._journal else None
 
-    def _journal(self, ops: list[dict]) -> bool:
-        """Append to the journal; a journal that cannot be written (a full disk) is said once, and the operations
-        stay queued in memory: a driver killed now would lose them, one that stops sends or spools them."""
-        if not (self.journal and ops):
-            return True
-        try:
-            self.journal.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.journal, "a") as f:
-                f.write("".join(json.dumps(op) + "\n" for op in ops))
-        except OSError as exc:
-            if not self._journal_failing:
-                self.log(f"[tracking] cannot write the journal {self.journal} ({exc.strerror or exc}); operations "
-                         "are kept in memory")
-            self._journal_failing = True
-            return False
-        self._journal_failing = False
-        return True
-
-    # ---- ids -----------------------------------------------------------------------------------
     @property
     def experiment_id(self) -> str:
-        """The sweep's experiment, created or reused, always marked as model development (EXPERIMENT_KIND)."""
-        if self._exp_id is None:
-            exp = self.client.get_experiment_by_name(self.experiment)
-            if exp is None:
-                try:
-                    self._exp_id = self.client.create_experiment(self.experiment, artifact_location=self.artifact_root,
-                                                                 tags=dict([EXPERIMENT_KIND]))
-                    return self._exp_id
-                except Exception:  # created meanwhile by someone else
-                    exp = self.client.get_experiment_by_name(self.experiment)
-            self._exp_id = exp.experiment_id
-            if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
-                self.client.set_experiment_tag(self._exp_id, *EXPERIMENT_KIND)
-        return self._exp_id
+        return self.store.experiment_id
 
     def find_run(self, key: str) -> str | None:
-        if key in self.runs:
-            return self.runs[key]
-        found = self.client.search_runs([self.experiment_id], filter_string=f"tags.`ssat.key` = '{key}'")
-        if found:
-            self.runs[key] = found[0].info.run_id
-            return self.runs[key]
-        return None
+        return self.store.find_run(key)
 
-    def _ensure(self, key: str, tags: dict, params: dict, name: str) -> str:
-        rid = self.find_run(key)
-        if rid is None:
-            run = self.client.create_run(self.experiment_id, run_name=name,
-                                         tags={"ssat.key": key, **{k: flat_str(v) for k, v in tags.items()}})
-            rid = run.info.run_id
-            if params:
-                # MLflow's limit; a store may refuse longer values (MLFLOW_TRUNCATE_LONG_VALUES=false)
-                self.client.log_batch(rid, params=[Param(k, flat_str(v)[:6000]) for k, v in params.items()])
-            self.runs[key] = rid
-        return rid
-
-    def _last_step(self, key: str, rid: str) -> int:
-        """The last step anything was logged at in the run (-1: none yet), whatever metrics each epoch carried:
-        the store keeps every metric's latest value by (step, timestamp), so the largest of their steps."""
-        if key not in self.last_step:
-            latest = self.client.get_run(rid).data.to_proto().metrics
-            self.last_step[key] = max((m.step for m in latest), default=-1)
-        return self.last_step[key]
+    def _write(self, ops: list[dict]) -> bool:
+        return self._journal.write(ops) if self._journal else True
 
     # ---- operations (queued) ---------------------------------------------------------------------
     def ensure_run(self, key: str, tags: dict, params: dict | None = None, name: str | None = None) -> None:
@@ -314,48 +211,9 @@ class Tracker:
         self._push({"op": "reopen", "key": key})
 
     def _push(self, op: dict) -> None:
-        self._journal([op])  # on disk before it is sent: a driver killed now loses nothing
+        self._write([op])  # on disk before it is sent: a driver killed now loses nothing
         self.queue.append(op)
         self.drain()
-
-    def _apply(self, op: dict) -> None:
-        kind, key = op["op"], op["key"]
-        if kind == "ensure":
-            self._ensure(key, op["tags"], op["params"], op["name"])
-            return
-        rid = self.find_run(key)
-        if rid is None:
-            raise LookupError(f"no run for key {key}")
-        if kind == "epoch":
-            if op["step"] <= self._last_step(key, rid):
-                return  # already logged: a resumed or retried trial re-reports nothing twice
-            ms = [Metric(k, float(v), op["ts"], op["step"]) for k, v in op["metrics"].items()]
-            self.client.log_batch(rid, metrics=ms)  # split into batches of MLflow's limit by the client
-            self.last_step[key] = op["step"]
-        elif kind == "final":  # first write wins, for the numbers and the protocol records that go with them
-            have = self.client.get_run(rid).data
-            ms = [Metric(k, float(v), op["ts"], op["step"]) for k, v in op["metrics"].items() if k not in have.metrics]
-            tags = [RunTag(k, flat_str(v)) for k, v in op["tags"].items() if k not in have.tags]
-            self.client.log_batch(rid, metrics=ms, tags=tags)
-        elif kind == "tags":
-            self.client.log_batch(rid, tags=[RunTag(k, flat_str(v)) for k, v in op["tags"].items()])
-        elif kind == "params":
-            have = self.client.get_run(rid).data.params
-            new = [Param(k, flat_str(v)[:6000]) for k, v in op["params"].items() if k not in have]
-            if new:
-                self.client.log_batch(rid, params=new)
-        elif kind == "artifact":
-            if Path(op["path"]).exists():
-                self.client.log_artifact(rid, op["path"], op["artifact_path"])
-        elif kind == "end":
-            self.client.set_terminated(rid, op["status"])
-        elif kind == "kill":
-            if self.client.get_run(rid).info.status == "RUNNING":
-                self.client.log_batch(rid, tags=[RunTag(k, flat_str(v)) for k, v in op["tags"].items()])
-                self.client.set_terminated(rid, "KILLED")
-        elif kind == "reopen":
-            self.client.update_run(rid, status="RUNNING")
-            self.client.set_tag(rid, "ssat.status", "RUNNING")
 
     def drain(self, force: bool = False) -> bool:
         """Send queued operations in order; stop at the first failure and keep the rest. True when empty.
@@ -367,7 +225,7 @@ class Tracker:
             return False
         while self.queue:
             try:
-                self._apply(self.queue[0])
+                self.store.apply(self.queue[0])
             except Exception as exc:
                 self._next_try = time.monotonic() + RETRY_AFTER_S
                 if not self._warned:
@@ -379,9 +237,8 @@ class Tracker:
             if self._warned:
                 self.log("[tracking] store reachable again; queued operations sent")
                 self._warned = False
-        if self.journal:
-            with contextlib.suppress(OSError):  # never there when it could not be written
-                self.journal.unlink(missing_ok=True)
+        if self._journal:
+            self._journal.remove()
         return True
 
     def flush(self, timeout: float, interval: float = 2.0) -> bool:
@@ -389,11 +246,8 @@ class Tracker:
         deadline = time.monotonic() + timeout
         while not self.drain(force=True) and time.monotonic() < deadline:
             time.sleep(interval)
-        if self.queue and self.spool:
-            with open(self.spool, "a") as f:
-                f.write("".join(json.dumps(op) + "\n" for op in self.queue))
-            if self.journal:
-                self.journal.unlink(missing_ok=True)
+        if self.queue and self._journal:
+            self._journal.spool_ops(self.queue)
             self.log(f"[tracking] {len(self.queue)} operation(s) spooled to {self.spool}; "
                      "replay them with `python -m sweeps sync NAME` once the store is back")
             self.queue = []

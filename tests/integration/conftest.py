@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tests.servers import MlflowServer
+from devtools.servers import MlflowServer
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps.cli import main as sweeps_main
 from sweeps.trials.mlflow_callback import TrackingCallback
-from tests.integration.sweep_helpers import check_study_mirrors_the_store, history, trial_runs, write_spec
+from devtools.sweep_helpers import check_study_mirrors_the_store, history, trial_runs, write_spec
 
 pytestmark = pytest.mark.integration
 

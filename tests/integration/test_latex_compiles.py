@@ -19,7 +19,7 @@ from analysis.render import TEX_PREAMBLE, tex
 from analysis.table_specs import SPECS
 from analysis.tables import render_table
 from tests.slow.cluster_harness import in_ci
-from tests.unit.test_analysis_cells import abl, frame, proto, run
+from tests.unit.analysis.test_cells import abl, frame, proto, run
 
 pytestmark = pytest.mark.integration
 README = Path(__file__).resolve().parents[2] / "docs" / "analysis.md"

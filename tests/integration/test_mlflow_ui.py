@@ -1,7 +1,7 @@
 """MLflow's UI, rendered by a real headless Chromium against a real `mlflow server`, shows a sweep's runs.
 
 The store holds a 14-trial sweep (7 rows x 2 seeds, as the demo's Table 2) written as the driver writes it, with
-each trial's last validation epoch and final test metrics (tests/ui_pages.py, the same pages `make screenshots`
+each trial's last validation epoch and final test metrics (devtools/ui_pages.py, the same pages `make screenshots`
 takes). The link the demo prints (sweeps.tracking.ui_link.ui_url, given the store) must open the runs table with the
 trials flat, by name, and the table's metrics as columns holding each trial's stored values; the link without
 the store (printed when the view cannot be saved) lists them flat too. The compare view of two trials must show
@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps.tracking.ui_link import ui_url
 from tests.slow.cluster_harness import in_ci
-from tests.ui_pages import BROWSERS, COMPARED, WINDOWS, browser, page_urls, render, write_sweep
+from devtools.ui_pages import BROWSERS, COMPARED, WINDOWS, browser, page_urls, render, write_sweep
 
 pytestmark = pytest.mark.integration
 METRICS = ("test/best/clean", "test/best/pgd20", "val/pgd10")  # ui_url's default columns
@@ -124,8 +124,8 @@ def test_compare_view_shows_both_trials_parameters(chromium, mlflow_server, swee
 
 @pytest.fixture(scope="module")
 def search(mlflow_server, tmp_path_factory):
-    """(experiment id, run name -> run id, the spec) of a search sweep in the server's store (tests/ui_pages.py)."""
-    from tests.ui_pages import search_spec, write_search
+    """(experiment id, run name -> run id, the spec) of a search sweep in the server's store (devtools/ui_pages.py)."""
+    from devtools.ui_pages import search_spec, write_search
 
     tmp = tmp_path_factory.mktemp("ui-search")
     exp_id, runs = write_search(mlflow_server.url, tmp)

@@ -16,7 +16,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from sweeps.cli import main as sweeps_main
-from tests.integration.sweep_helpers import TINY_OVERRIDES
+from devtools.sweep_helpers import TINY_OVERRIDES
 
 pytestmark = pytest.mark.integration
 

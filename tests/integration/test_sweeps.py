@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.cli import main as sweeps_main
-from tests.integration.sweep_helpers import (check_study_mirrors_the_store, epoch_histories, history,
+from devtools.sweep_helpers import (check_study_mirrors_the_store, epoch_histories, history,
                                             trial_runs, write_spec)
 
 pytestmark = pytest.mark.integration

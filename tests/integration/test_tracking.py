@@ -21,9 +21,9 @@ from analysis.collect import load_mlflow_runs, load_ray_runs
 from ssat.config import from_dict
 from sweeps.tracking.run_records import tracked_params
 from sweeps.cli import main as sweeps_main
-from sweeps.tracking.tracker import flat_str
-from tests.integration.sweep_helpers import epoch_histories, history, trial_runs, write_spec
-from tests.servers import MlflowServer, free_port, kill_marked
+from sweeps.tracking.run_store import flat_str
+from devtools.sweep_helpers import epoch_histories, history, trial_runs, write_spec
+from devtools.servers import MlflowServer, free_port, kill_marked
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

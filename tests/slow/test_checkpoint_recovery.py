@@ -27,7 +27,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeps.cli import main as sweeps_main
-from tests.integration.sweep_helpers import history, trial_runs
+from devtools.sweep_helpers import history, trial_runs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

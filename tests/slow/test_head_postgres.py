@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis.export import main as export_main
 from sweeps.tracking.tracker import Tracker, resolve_uri
-from tests.servers import free_port, require_postgres
+from devtools.servers import free_port, require_postgres
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parents[2] / "clusters" / "postgres.sh"

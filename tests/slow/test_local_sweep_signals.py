@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from real_driver import (NAME, assert_finished_unharmed, assert_no_traceback, cli, paused_trials, start_driver,
                          sweep_env)
-from tests.sockets import listening_sockets
+from devtools.sockets import listening_sockets
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -141,7 +141,7 @@ def test_a_group_sigterm_in_a_resumed_searchs_confirm_stage_ends_it_cleanly(tmp_
     import tempfile
 
     from real_driver import ROOT, kill_ray_leftovers
-    from tests.integration.sweep_helpers import write_spec
+    from devtools.sweep_helpers import write_spec
 
     work = tmp_path / "w"
     work.mkdir()

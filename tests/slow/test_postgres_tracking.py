@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.sweep_helpers import epoch_histories, trial_runs
-from tests.servers import MlflowServer, PostgresServer, kill_marked, require_postgres
+from devtools.sweep_helpers import epoch_histories, trial_runs
+from devtools.servers import MlflowServer, PostgresServer, kill_marked, require_postgres
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

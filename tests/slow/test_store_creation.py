@@ -21,7 +21,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from real_driver import ROOT, SMOKE, kill_ray_leftovers, sweep_env
-from tests.servers import PostgresServer, require_postgres
+from devtools.servers import PostgresServer, require_postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

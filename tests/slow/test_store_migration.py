@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from clusters.migrate_store import migrate
 from sweeps.tracking.tracker import Tracker
-from tests.servers import PostgresServer, require_postgres
+from devtools.servers import PostgresServer, require_postgres
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

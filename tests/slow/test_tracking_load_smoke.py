@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import postgres_missing, require_postgres
+from devtools.servers import postgres_missing, require_postgres
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
