@@ -16,7 +16,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m sweeps demo
 
-# Every table and figure of the paper in miniature on MNIST-5k (about 45 minutes on 2 cores): outputs/paper/index.md
+# Every table and figure of the paper in miniature on MNIST-5k (about 40 minutes on 2 cores): outputs/paper/index.md
 paper: $(STAMP)
 	$(BIN)/python -m sweeps paper
 

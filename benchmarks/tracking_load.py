@@ -4,7 +4,7 @@ on SQLite.
 A sweep's results go through the real Tune callback (sweeps.trials.mlflow_callback.TrackingCallback) and the real
 Tracker
 into a real `mlflow server --workers 1` on 127.0.0.1 (devtools/servers.py), whose store is a PostgreSQL database (a
-throwaway cluster, tests/servers.PostgresServer) or a SQLite file. The trials are stand-ins for Tune's Trial objects
+throwaway cluster, devtools/servers.PostgresServer) or a SQLite file. The trials are stand-ins for Tune's Trial objects
 carrying the real trial settings (sweeps/trials/trial_settings.py: Table 1's grid, seeds added until there are enough
 trials), and every result is shaped like the trainable's (`sweeps/trials/trainable.py`: the epoch's metrics, `run_json`,
 `repro_json`, the final evaluation and its protocol tags at the last epoch). Three phases per store:

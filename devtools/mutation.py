@@ -37,6 +37,7 @@ KILLERS = MUTANTS / "mutation-killers.tsv"  # function<TAB>test that killed one 
 DOC = ROOT / "tests" / "MUTATION.md"
 SOURCE_PATHS = ("ssat", "sweeps", "analysis")  # = [tool.mutmut] source_paths
 UNIT = "tests/unit"
+TEST_CODE = ("tests/", "devtools/")  # what only the tests run: a change re-runs the tests that import it
 
 # `make mutation` without MODULE: the modules with a score target, in full, and the big ones sampled.
 TARGETS = ("ssat/attacks.py", "ssat/divergences.py", "ssat/interpolation.py", "ssat/losses.py", "ssat/schedules.py",
@@ -314,7 +315,7 @@ def clean_run_needed(changed: set[str] | None, full_collection: bool) -> str | N
         return None
     if changed is None:
         return "no record of a run whose tests passed"
-    other = sorted(f for f in changed if not (f.startswith("tests/") and f.endswith(".py")))
+    other = sorted(f for f in changed if not (f.startswith(TEST_CODE) and f.endswith(".py")))
     return f"changed since the last run: {', '.join(other[:3])}{' ...' if len(other) > 3 else ''}" if other else None
 
 
@@ -324,8 +325,9 @@ def importers(test_files: set[str]) -> set[str]:
     out = set()
     for path in ROOT.glob(f"{UNIT}/**/*.py"):
         text = path.read_text()
-        imported = re.findall(r"^\s*(?:from|import)\s+(tests(?:\.\w+)+)", text, flags=re.M)
-        imported += [f"{pkg}.{name}" for pkg, name in re.findall(r"^\s*from\s+(tests(?:\.unit)?)\s+import\s+(\w+)",
+        imported = re.findall(r"^\s*(?:from|import)\s+((?:tests|devtools)(?:\.\w+)+)", text, flags=re.M)
+        imported += [f"{pkg}.{name}" for pkg, name in re.findall(r"^\s*from\s+(tests(?:\.unit(?:\.\w+)*)?|devtools)"
+                                                                r"\s+import\s+(\w+)",
                                                                 text, flags=re.M)]
         if wanted & {m for name in imported for m in (name, name.rpartition(".")[0])}:
             out.add(path.relative_to(ROOT).as_posix())
@@ -347,7 +349,7 @@ def refresh_stats(changed: set[str] | None) -> str:
     if changed is None:
         STATS.unlink()
         return "stats of unknown age: full collection"
-    changed_tests = {f for f in changed if f.startswith("tests/") and f.endswith(".py")}
+    changed_tests = {f for f in changed if f.startswith(TEST_CODE) and f.endswith(".py")}
     test_files = {f for f in changed_tests if f.startswith(UNIT + "/")} | importers(changed_tests)
     modules = tuple(dotted(f) + "." for f in changed & set(all_modules()))
     if not test_files and not modules:

@@ -155,13 +155,21 @@ class Tracker:
                  spool: str | Path | None = None, log=print):
         self.uri, self.experiment, self.log = uri, experiment, log
         self.store = RunStore(uri, experiment, artifact_root)
-        self.client, self.artifact_root = self.store.client, self.store.artifact_root
+        self.artifact_root = self.store.artifact_root
         self.runs, self.last_step = self.store.runs, self.store.last_step
         self.spool = Path(spool) if spool else None
         self._journal = Journal(self.spool, log) if self.spool else None
         self.queue: list[dict] = self._journal.adopt() if self._journal else []
         self._warned = False
         self._next_try = 0.0
+
+    @property
+    def client(self):
+        return self.store.client
+
+    @client.setter
+    def client(self, client) -> None:  # another client for the same store (a test's, or one after a reconnect)
+        self.store.client = client
 
     @property
     def journal(self) -> Path | None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How this folder was made (issue 27), for the record: a real MLflow store written by the code before issue 27
 # renamed the run record's parameters and added the label tags (commit d476b0a), and what that code's analysis printed
-# from it. tests/unit/test_analysis_legacy_store.py checks that today's analysis prints the same from the same store.
+# from it. tests/unit/analysis/test_legacy_store.py checks that today's analysis prints the same from the same store.
 #
 #   bash tests/data/store-before-issue27/make.sh      (from the repository root; about 4 minutes on 2 CPU cores)
 #

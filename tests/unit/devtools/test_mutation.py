@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests import mutation as mu
+from devtools import mutation as mu
 
 
 @pytest.fixture

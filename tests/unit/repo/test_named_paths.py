@@ -1,7 +1,7 @@
 """Every file path and `python -m` module that the README, docs/, the Makefile, the code and the tests name exists
 in the repository: a module that moves or a page renamed leaves no stale name behind. A glob or a placeholder
 (`paper-*.yaml`, `<name>`) is not a path; a module may be named without its `.py` (`sweeps/tracking`), an
-attribute after it (`tests/servers.PostgresServer`)."""
+attribute after it (`devtools/servers.PostgresServer`)."""
 from __future__ import annotations
 
 import re
@@ -62,7 +62,7 @@ def test_every_path_and_module_named_exists():
 
 def test_a_stale_name_is_found_and_globs_placeholders_and_attributes_are_not():
     text = ("`sweeps/gone.py`, `python -m sweeps.gone`, `sweeps/specs/paper-*.yaml`, runs/<name>, `sweeps/tracking` "
-            "and `tests/servers.PostgresServer`, `python -m sweeps.slurm`, ssat/config.py.\nsee docs/nowhere.md; "
+            "and `devtools/servers.PostgresServer`, `python -m sweeps.slurm`, ssat/config.py.\nsee docs/nowhere.md; "
             "`tests/unit/test_x.py`")
     assert stale_names(text, "docs/p.md") == ["docs/nowhere.md", "python -m sweeps.gone", "sweeps/gone.py",
                                               "tests/unit/test_x.py"]

@@ -11,7 +11,7 @@ import torch
 from ssat.config import from_dict
 from ssat.presets import PRESETS, preset
 from ssat.train import Trainer
-from test_trainer import fake_teacher, tiny
+from tests.unit.ssat.test_train import fake_teacher, tiny
 
 EPS_MAX, RHO = 0.2, 0.004  # as test_trainer_wiring: some samples cross rho inside the segment
 

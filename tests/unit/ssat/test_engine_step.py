@@ -18,7 +18,7 @@ from ssat.presets import PRESETS, preset
 from ssat.engine import StepStats, graph_plan, graph_refusal
 from ssat.schedules import at_epoch
 from ssat.train import Trainer
-from test_trainer import fake_teacher, strip, tiny
+from tests.unit.ssat.test_train import fake_teacher, strip, tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
@@ -245,7 +245,7 @@ def test_graph_mode_auto_captures_on_cuda_and_says_why_it_does_not_elsewhere(set
 def test_fused_forwards_train_as_separate_ones(tmp_path, name):
     """system.fused_forward=on: one forward over the step's batches, BatchNorm per batch; the same terms and
     running statistics as separate forwards (float rounding of a larger convolution apart)."""
-    from test_pgd_forward import awr_case, union_case
+    from tests.unit.ssat.test_attacks_pgd_forward import awr_case, union_case
 
     out = {}
     for fused in ("on", "off"):

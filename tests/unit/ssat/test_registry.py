@@ -15,7 +15,7 @@ from ssat.presets import preset
 from ssat.schedules import (SCHEDULE_REGISTRY, Schedule, at_epoch, epsilon_schedule, register_schedule,
                             schedule_table)
 from ssat.train import Trainer
-from test_trainer import TINY, fake_teacher
+from tests.unit.ssat.test_train import TINY, fake_teacher
 
 CALLS = []  # what the toy losses were given, one entry per training step
 

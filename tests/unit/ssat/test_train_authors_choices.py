@@ -22,7 +22,7 @@ from ssat.presets import PRESETS, preset
 from ssat.schedules import lr_at, schedule_table
 from ssat.runtime import training_precision
 from ssat.train import Trainer
-from test_trainer import fake_teacher, strip, tiny
+from tests.unit.ssat.test_train import fake_teacher, strip, tiny
 
 EPS_MAX, RHO = 0.2, 0.004  # as test_trainer_wiring: some samples cross rho inside the segment
 AUTHORS = {"optim.nesterov": True, "optim.lr_decay_after_milestone": True, "data.unlabeled_includes_labeled": True,

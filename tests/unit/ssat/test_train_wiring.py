@@ -18,7 +18,7 @@ from ssat.interpolation import interpolate
 from ssat.losses import awr_loss, mbi_loss, uat_loss
 from ssat.step import adversarial_examples
 from ssat.train import Trainer
-from test_trainer import fake_teacher, tiny
+from tests.unit.ssat.test_train import fake_teacher, tiny
 
 EPS_MAX = 0.2  # differs from cfg.eps (0.3): the PGD step must follow eps_max
 RHO = 0.004    # the untrained model's margins are ~0.001-0.008: some samples cross rho inside the segment

@@ -6,7 +6,7 @@ import torch
 from ssat.datasets import split_for
 from ssat.pseudo_labels import PseudoLabelError, TeacherOutputs
 from sweeps.driver.teacher_stage import teacher_stage
-from test_trainer import tiny
+from tests.unit.ssat.test_train import tiny
 
 
 def test_a_users_pseudo_labels_need_no_teacher_and_are_checked_first(tmp_path):

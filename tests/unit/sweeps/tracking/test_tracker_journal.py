@@ -13,7 +13,7 @@ from pathlib import Path
 from sweeps.tracking.journal import _owner_gone
 from sweeps.tracking.tracker import Tracker
 from devtools.servers import free_port
-from tests.unit import test_tracking_store as stores
+from tests.unit.sweeps.tracking import test_tracker_store as stores
 from tests.unit.sweeps.tracking.test_tracker_store import _history, _replay, _run
 
 _one_try = stores._one_try  # fixture: no retries (the store fixture, a fresh real SQLite store per test: conftest.py)
