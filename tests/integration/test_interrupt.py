@@ -100,8 +100,12 @@ def test_ctrl_c_in_the_teacher_and_grid_stages_then_resume(ray_local, tmp_path, 
     assert parent.info.status == "KILLED" and "in stage teacher" in parent.data.tags["ssat.status"]
     assert _runs(uri, "cut-grid", "trial") == []
 
-    # 2. Resume; Ctrl+C once the first trial has reported an epoch: the grid is cut, its runs KILLED.
-    sent = _interrupt_when(lambda: _reported(tmp_path, "cut-grid", "grid"))
+    # 2. Resume; Ctrl+C once the first trial has reported an epoch: the grid is cut, its runs KILLED. The trial waits
+    # at epoch 2 until then: its epochs take half a second, and CI once saw it finish before the Ctrl+C took effect.
+    once = tmp_path / "once"
+    monkeypatch.setenv("SSAT_FAULT", "hold@2:1")
+    monkeypatch.setenv("SSAT_FAULT_ONCE_DIR", str(once))
+    sent = _interrupt_when(lambda: _reported(tmp_path, "cut-grid", "grid") and any(once.glob("hold@2_1-*")))
     assert sweeps_main(["resume", "cut-grid", "--workdir", str(tmp_path)]) == 1
     assert sent.is_set()
     _assert_incomplete(capfd.readouterr().out, "grid", tmp_path, "cut-grid")
@@ -113,6 +117,7 @@ def test_ctrl_c_in_the_teacher_and_grid_stages_then_resume(ray_local, tmp_path, 
     cut_ids = {r.data.tags["ssat.key"]: r.info.run_id for r in cut}
 
     # 3. Resume to the end: the same runs continue (same run ids), every trial once, one value per epoch.
+    (once / "release").touch()  # the hold is the stage's (saved with it): the second trial must not wait
     assert sweeps_main(["resume", "cut-grid", "--workdir", str(tmp_path)]) == 0
     out = capfd.readouterr().out
     assert "[stage] grid: 2/2 trials finished" in out, out[-3000:]
