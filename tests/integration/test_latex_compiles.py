@@ -18,7 +18,7 @@ import pytest
 from analysis.render import TEX_PREAMBLE, tex
 from analysis.table_specs import SPECS
 from analysis.tables import render_table
-from tests.slow.cluster_harness import in_ci
+from devtools.slow.cluster_harness import in_ci
 from tests.unit.analysis.test_cells import abl, frame, proto, run
 
 pytestmark = pytest.mark.integration

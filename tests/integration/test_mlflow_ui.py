@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeps.tracking.ui_link import ui_url
-from tests.slow.cluster_harness import in_ci
+from devtools.slow.cluster_harness import in_ci
 from devtools.ui_pages import BROWSERS, COMPARED, WINDOWS, browser, page_urls, render, write_sweep
 
 pytestmark = pytest.mark.integration

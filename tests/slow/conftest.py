@@ -1,11 +1,11 @@
-"""Slow tier: the cluster launcher and multi-node tests (see cluster_harness.py), and real sweep drivers
-(real_driver.py)."""
+"""Slow tier: the cluster launcher and multi-node tests (see devtools/slow/cluster_harness.py), and real sweep
+drivers (devtools/slow/real_driver.py)."""
 import tempfile
 
 import pytest
 
-from cluster_harness import missing_slurm_prerequisites, require_prerequisites
-from real_driver import kill_ray_leftovers, sweep_env
+from devtools.slow.cluster_harness import missing_slurm_prerequisites, require_prerequisites
+from devtools.slow.real_driver import kill_ray_leftovers, sweep_env
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cluster_harness import in_ci
-from real_driver import NAME, assert_finished_unharmed, assert_no_traceback, cli, kill_ray_leftovers, start_driver, \
-    sweep_env
+from devtools.slow.cluster_harness import in_ci
+from devtools.slow.real_driver import (NAME, assert_finished_unharmed, assert_no_traceback, cli, kill_ray_leftovers,
+                                       start_driver, sweep_env)
 from ssat.storage import verify_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

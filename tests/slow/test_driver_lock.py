@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from real_driver import (NAME, SMOKE, assert_finished_unharmed, assert_no_traceback, cli, paused_trials,
+from devtools.slow.real_driver import (NAME, SMOKE, assert_finished_unharmed, assert_no_traceback, cli, paused_trials,
                          start_driver)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

@@ -21,8 +21,8 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from real_driver import (NAME, assert_finished_unharmed, assert_no_traceback, cli, paused_trials, start_driver,
-                         sweep_env)
+from devtools.slow.real_driver import (NAME, assert_finished_unharmed, assert_no_traceback, cli, paused_trials,
+                                       start_driver, sweep_env)
 from devtools.sockets import listening_sockets
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -97,7 +97,7 @@ def test_a_group_sigterm_in_the_teacher_or_ray_stage_ends_the_sweep_cleanly(tmp_
     in that stage, no run RUNNING, no traceback, and `resume` goes on."""
     import tempfile
 
-    from real_driver import kill_ray_leftovers
+    from devtools.slow.real_driver import kill_ray_leftovers
 
     work = tmp_path / "w"
     work.mkdir()
@@ -140,7 +140,7 @@ def test_a_group_sigterm_in_a_resumed_searchs_confirm_stage_ends_it_cleanly(tmp_
     import sys
     import tempfile
 
-    from real_driver import ROOT, kill_ray_leftovers
+    from devtools.slow.real_driver import ROOT, kill_ray_leftovers
     from devtools.sweep_helpers import write_spec
 
     work = tmp_path / "w"

@@ -16,7 +16,7 @@ one FAILED run with the reason and its one epoch, and no tracking operation is l
 
 import pytest
 
-from cluster_harness import assert_scenario_passed, run_cluster_scenario
+from devtools.slow.cluster_harness import assert_scenario_passed, run_cluster_scenario
 
 # Placeholders: {storage} (/srv/ray_results, shared by both nodes), {name}, {mlflow_uri}. Every trial needs
 # node_slot=1, which each node offers once: two trials at a time, one per node (3 epochs: --epochs scales t).

@@ -3,13 +3,13 @@
 and finishes, its runs are read back from the head's MLflow server over HTTP, `ray down` tears it down,
 leftovers are killed by PID.
 
-All of it runs in its own PID/network/mount/UTS namespaces (tests/slow/ns_cluster.py, scenario ray-up):
+All of it runs in its own PID/network/mount/UTS namespaces (devtools/slow/ns_cluster.py, scenario ray-up):
 `ray down` runs `ray stop`, which stops every Ray process it can see.
 """
 
 import pytest
 
-from cluster_harness import assert_scenario_passed, run_cluster_scenario
+from devtools.slow.cluster_harness import assert_scenario_passed, run_cluster_scenario
 
 # The job: arguments after the venv's python, run in the job's working dir (a copy of the repository).
 # Placeholders: {storage} (the shared folder, /mnt/runs/ray_results), {name}, {mlflow_uri}, {data_root}.

@@ -1,5 +1,5 @@
 """SLURM for real: a controller, two compute nodes in their own network namespaces and munge, all on this machine
-(tests/slow/ns_slurm.py), and sweeps submitted as docs/clusters.md says, `sbatch clusters/slurm/ray_sweep.sbatch
+(devtools/slow/ns_slurm.py), and sweeps submitted as docs/clusters.md says, `sbatch clusters/slurm/ray_sweep.sbatch
 run|resume ...`, with one CPU and one logical GPU per node. The spec (sweeps/specs/mnist5k-slurm.yaml) has 2
 trials of 1 CPU: with both running, one runs on each node. Fault injection (SSAT_FAULT, passed on by sbatch to
 every step) pauses or holds the trials where a test acts, so what SLURM does lands at the same point of the sweep
@@ -16,7 +16,7 @@ After each, the runs are read and analysed from the login node.
 
 import pytest
 
-from cluster_harness import assert_scenario_passed, run_cluster_scenario
+from devtools.slow.cluster_harness import assert_scenario_passed, run_cluster_scenario
 
 # The template's arguments (after `sbatch SITE-OPTIONS clusters/slurm/ray_sweep.sbatch`); {name} is the sweep's.
 RUN = ["run", "sweeps/specs/mnist5k-slurm.yaml", "--name", "{name}"]

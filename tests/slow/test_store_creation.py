@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from real_driver import ROOT, SMOKE, kill_ray_leftovers, sweep_env
+from devtools.slow.real_driver import ROOT, SMOKE, kill_ray_leftovers, sweep_env
 from devtools.servers import PostgresServer, require_postgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

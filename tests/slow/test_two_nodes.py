@@ -11,7 +11,7 @@ the head's MLflow server, where the check reads them back over HTTP (scenario tw
 
 import pytest
 
-from cluster_harness import assert_scenario_passed, run_cluster_scenario
+from devtools.slow.cluster_harness import assert_scenario_passed, run_cluster_scenario
 
 # The job: arguments after the venv's python, run in the job's working dir (a copy of the repository).
 # Placeholders: {storage} (/srv/ray_results, the shared folder on both nodes), {name}, {mlflow_uri}. Each node

@@ -1,7 +1,7 @@
 """The cluster scenarios of the slow tests. Runs ONLY inside the test's own namespaces.
 
     unshare --pid --net --mount --uts --fork --kill-child --mount-proc ... \
-        python tests/slow/ns_cluster.py ray-up|two-nodes|node-faults|slurm-* --work DIR --payload-json JSON \
+        python devtools/slow/ns_cluster.py ray-up|two-nodes|node-faults|slurm-* --work DIR --payload-json JSON \
         --check MOD:FUNC --host-pidns ID --host-netns ID [--job-env-json JSON --resume-payload-json JSON]
 
 Started by cluster_harness.run_cluster_scenario (never by hand on a shared machine): it refuses to run unless
