@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
-import importlib.util
+import importlib.machinery
 import sys
 
 # Module paths that saved state or scripts name, each the module that holds its code now. Tune pickles the stage's
@@ -41,13 +41,17 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     the class of today), and runs `python -m OLD` as `python -m NEW`. Asked only for names no file answers."""
 
     def find_spec(self, name, path=None, target=None):
-        return importlib.util.spec_from_loader(name, self) if name in MOVED_MODULES else None
+        return importlib.machinery.ModuleSpec(name, self) if name in MOVED_MODULES else None
 
     def create_module(self, spec):
-        return importlib.import_module(MOVED_MODULES[spec.name])
+        module = importlib.import_module(MOVED_MODULES[spec.name])
+        spec.loader_state = module.__spec__  # the import system sets the old path's spec on it next
+        return module
 
     def exec_module(self, module):
-        """Nothing to run: create_module imported the new module."""
+        """Nothing to run (create_module imported the new module): its own spec back, or runpy, reload and relative
+        imports would take it for the old path."""
+        module.__spec__ = module.__spec__.loader_state
 
     def get_code(self, name):
         """`python -m OLD ARGS`: run the new module as __main__ with the same arguments (runpy asks for this)."""

@@ -6,6 +6,7 @@ sweeps.mlflow_callback, sweeps.progress_callback and sweeps.study (tests/data/st
 code saved). Restoring must find each under its module of now, as the very class of now."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import shutil
 import subprocess
@@ -127,6 +128,7 @@ def test_a_stage_saved_before_the_wings_restores_with_the_classes_of_now(no_old_
 def test_every_old_path_is_its_new_module(old):
     new = legacy.MOVED_MODULES[old]
     assert importlib.import_module(old) is importlib.import_module(new)
+    assert sys.modules[new].__spec__.name == new and sys.modules[new].__spec__.origin.endswith(".py")
     assert not (ROOT / (old.replace(".", "/") + ".py")).exists()  # an alias, not a file
     assert (ROOT / (new.replace(".", "/") + ".py")).exists()
 
@@ -144,6 +146,39 @@ def test_python_m_an_old_path_runs_the_new_module_with_its_arguments():
                          text=True, timeout=120)
     assert new.returncode == old.returncode == 0, old.stderr
     assert old.stdout == new.stdout and "--table" in old.stdout
-    bad = subprocess.run([sys.executable, "-m", "sweeps.dryrun", "--no-such-option"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
-    assert bad.returncode == 2 and "--no-such-option" in bad.stderr
+
+
+def _as_main(code, argv: list[str], monkeypatch) -> int:
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as end:
+        exec(code, {"__name__": "__main__"})
+    return end.value.code
+
+
+@pytest.mark.filterwarnings("ignore:'sweeps.costs.dryrun' found in sys.modules:RuntimeWarning")
+def test_the_code_python_m_runs_for_an_old_path_is_the_new_module_as_main(monkeypatch, capsys):
+    """What runpy asks the finder for under `python -m OLD` (the subprocess above), run here: the new module as
+    __main__ with the caller's arguments, a bad option refused by the new module's parser."""
+    finder = legacy.MovedModules()
+    code = finder.get_code("sweeps.dryrun")
+    assert code.co_filename == "<sweeps.dryrun: moved to sweeps.costs.dryrun>"
+    assert _as_main(code, ["-m", "--no-such-option"], monkeypatch) == 2
+    assert "python -m sweeps.costs.dryrun: error: unrecognized arguments: --no-such-option" in capsys.readouterr().err
+    assert _as_main(code, ["-m", "--help"], monkeypatch) == 0
+    assert capsys.readouterr().out.startswith("usage: python -m sweeps.costs.dryrun")
+    # alter_sys: the module sees its own file as argv[0], as under `python -m NEW`; the caller's argv comes back
+    seen = []
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", lambda self, *a: seen.append(list(sys.argv)) or exit(3))
+    assert _as_main(code, ["-m", "--table"], monkeypatch) == 3
+    assert seen == [[str(ROOT / "sweeps" / "costs" / "dryrun.py"), "--table"]] and sys.argv == ["-m", "--table"]
+    assert finder.get_code("sweeps.trainable").co_filename == "<sweeps.trainable: moved to sweeps.trials.trainable>"
+
+
+def test_the_finder_is_installed_once_at_the_end_of_the_meta_path(monkeypatch):
+    before = [f for f in sys.meta_path if not isinstance(f, legacy.MovedModules)]
+    monkeypatch.setattr(sys, "meta_path", list(before))
+    legacy.find_moved_modules()
+    legacy.find_moved_modules()
+    assert sys.meta_path[:-1] == before and isinstance(sys.meta_path[-1], legacy.MovedModules)
+    finder = sys.meta_path[-1]
+    assert finder.find_spec("sweeps.dryrun").loader is finder and finder.find_spec("sweeps.gone") is None

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sweeps.tracking.journal import _owner_gone
+from sweeps.tracking.journal import Journal, _owner_gone
 from sweeps.tracking.tracker import Tracker
 from devtools.servers import free_port
 from tests.unit.sweeps.tracking import test_tracker_store as stores
@@ -200,3 +200,23 @@ def test_a_journal_that_cannot_be_written_is_said_once_and_nothing_queued_is_los
     t.log_epoch("k1", {"val/pgd10": 0.5}, 1)
     client, run = _run(store)
     assert t.queue == [] and _history(client, run.info.run_id, "val/pgd10") == [(1, 0.5)]
+
+
+def test_what_is_adopted_stays_on_disk_while_this_journal_cannot_be_written(tmp_path):
+    """Adopting deletes the earlier driver's files only once they are journaled as ours: with this journal failing
+    (a full disk), the spool stays, and a kill of this driver now loses nothing."""
+    spool = tmp_path / "tracking_spool.jsonl"
+    op = {"op": "tags", "key": "k1", "tags": {"i": 1}}
+    spool.write_text(json.dumps(op) + "\n")
+    (tmp_path / "full").write_text("")
+    journal = Journal(spool, log=lambda line: None)
+    journal.path = tmp_path / "full" / journal.path.name
+    assert journal.adopt() == [op]
+    assert spool.read_text() == json.dumps(op) + "\n"
+
+
+def test_the_unsent_are_spooled_by_a_driver_whose_journal_was_never_written(tmp_path):
+    spool = tmp_path / "tracking_spool.jsonl"
+    journal = Journal(spool, log=lambda line: None)
+    journal.spool_ops([{"op": "end", "key": "k1"}])
+    assert not journal.path.exists() and spool.read_text() == '{"op": "end", "key": "k1"}\n'
