@@ -15,6 +15,25 @@ import urllib.request
 from pathlib import Path
 
 
+def sqlite_store(folder: Path) -> str:
+    """The URI of a fresh, real MLflow SQLite store in `folder` (mlflow.db): a copy of an empty store kept per MLflow
+    version in the user's cache (creating the tables takes a second or more, copying the file does not)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    empty = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssat-sweeps" / \
+        f"mlflow{mlflow.__version__}-empty-store.db"
+    if not empty.exists():
+        making = Path(tempfile.mkdtemp()) / "empty.db"
+        MlflowClient(f"sqlite:///{making}").search_experiments(max_results=1)
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(making, f"{empty}.{os.getpid()}")
+        os.replace(f"{empty}.{os.getpid()}", empty)  # whole or absent, for a test running beside this one
+        shutil.rmtree(making.parent)
+    shutil.copy(empty, Path(folder) / "mlflow.db")
+    return f"sqlite:///{Path(folder) / 'mlflow.db'}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -3,6 +3,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis.autoattack_breakdown import breakdown, main, render
+from devtools.servers import sqlite_store
 from analysis.collect import load_mlflow_runs
 
 
@@ -10,7 +11,7 @@ HONEST_AND_MASKED = {"honest": [60.0, 55.5, 55.5, 55.5], "masked": [70.0, 68.0, 
 
 
 def _store(tmp_path, chains=HONEST_AND_MASKED):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_store(tmp_path)
     c = MlflowClient(uri)
     exp = c.create_experiment("aa")
     for name, chain in chains.items():

@@ -12,6 +12,7 @@ from scipy import stats
 
 from analysis import claims
 from analysis.collect import runs_frame
+from devtools.servers import sqlite_store
 from analysis.paper_report import (Part, PartOut, TableOut, duration, load_part, paper_beside, paper_place, sections,
                                    write_part_table, write_report)
 from tests.unit.analysis.test_claims import PARAMS, built, records, run
@@ -59,7 +60,7 @@ PARTS = [
 def report(tmp_path_factory):
     """The report of the three parts, written once for this file's tests."""
     tmp_path = tmp_path_factory.mktemp("paper-report")
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = sqlite_store(tmp_path)
     client = MlflowClient(store)
     log_runs(client, "mini-table2", "ablation", ABLATION, tmp_path)
     log_runs(client, "mini-table1", "main", MAIN, tmp_path)

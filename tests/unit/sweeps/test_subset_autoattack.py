@@ -12,6 +12,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from ssat.config import from_dict
+from devtools.servers import sqlite_store
 from ssat.models import create_model
 from ssat.presets import preset
 from ssat.storage import save_verified
@@ -22,7 +23,7 @@ IMAGES = 4
 
 class Store:
     def __init__(self, tmp: Path):
-        self.tmp, self.uri = tmp, f"sqlite:///{tmp / 'mlflow.db'}"
+        self.tmp, self.uri = tmp, sqlite_store(tmp)
         self.client = MlflowClient(self.uri)
         self.exp: dict[str, str] = {}
 

@@ -62,9 +62,9 @@ def new_sweep(uri: str) -> tuple[Tracker, str]:
 
 
 @pytest.fixture
-def store(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return uri, MlflowClient(uri)
+def store(store):
+    """The shared fresh store (tests/unit/conftest.py) and its client."""
+    return store, MlflowClient(store)
 
 
 def test_a_whole_run_is_reusable_and_each_kind_of_damage_is_named(store, tmp_path):

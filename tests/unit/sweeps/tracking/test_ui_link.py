@@ -16,8 +16,8 @@ from sweeps.tracking.ui_link import ui_url
 KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
-def test_created_and_reused_experiments_carry_the_kind(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_created_and_reused_experiments_carry_the_kind(store, tmp_path):
+    uri = store
     client = MlflowClient(uri)
     made = Tracker(uri, "made", log=lambda s: None).experiment_id
     assert client.get_experiment(made).tags[KIND[0]] == KIND[1]
@@ -33,8 +33,8 @@ def test_the_ui_link_opens_the_runs_in_the_model_training_view():
     assert ui_url("7", "http://127.0.0.1:5001").startswith("http://127.0.0.1:5001/#/experiments/7/runs?")
 
 
-def test_with_the_store_the_link_opens_a_saved_view_of_the_metric_columns(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_with_the_store_the_link_opens_a_saved_view_of_the_metric_columns(store, tmp_path):
+    uri = store
     exp = Tracker(uri, "sweep", log=lambda s: None).experiment_id
     url = ui_url(exp, store=uri)
     key = re.fullmatch(rf"http://127\.0\.0\.1:5000/#/experiments/{exp}/runs\?workflowType=machine_learning"
@@ -90,7 +90,7 @@ def _spec(kind: str):
         {"row": "b", "set": {"method.beta": 0.5, "attack.schedule": "linear"}}]})
 
 
-def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(tmp_path):
+def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(store, tmp_path):
     """The MLflow link of a search sorts by the spec's metric in its direction and shows it, the sampled
     parameters and the confirm trials' test accuracies as columns: no column to tick by hand."""
     from sweeps.tracking.ui_link import link_columns
@@ -100,7 +100,7 @@ def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(tmp_pa
                                   ["train/loss", "test/best/clean", "test/best/pgd20"], "train/loss")
     assert ui_url("7", spec=spec) == ("http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
                                       "&orderByKey=metrics.%60train%2Floss%60&orderByAsc=true")  # min: ascending
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store
     exp = Tracker(uri, "s", log=lambda s: None).experiment_id
     key = ui_url(exp, store=uri, spec=spec).split("viewStateShareKey=")[1]
     view = json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])
@@ -112,14 +112,14 @@ def test_a_search_link_shows_its_metric_and_sampled_parameters_best_first(tmp_pa
     assert view["name"] == "Search: train/loss (best first), sampled parameters"
 
 
-def test_a_grid_link_shows_the_table_metrics_and_the_grids_factors_by_name(tmp_path):
+def test_a_grid_link_shows_the_table_metrics_and_the_grids_factors_by_name(store, tmp_path):
     from sweeps.tracking.ui_link import link_columns
 
     spec = _spec("grid")
     assert link_columns(spec) == (["attack.schedule", "method.interpolate", "method.beta"],
                                   ["test/best/clean", "test/best/pgd20", "val/pgd10"], None)
     assert ui_url("7", spec=spec) == ui_url("7")  # by name, as before
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store
     exp = Tracker(uri, "g", log=lambda s: None).experiment_id
     key = ui_url(exp, store=uri, spec=spec).split("viewStateShareKey=")[1]
     state = json.loads(json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])["state"])
