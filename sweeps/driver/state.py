@@ -64,7 +64,7 @@ def missing_sweep(p: Paths) -> str:
         return (f"sweep {p.name} never started (stopped before its state was written: no sweep.json in "
                 f"{p.sweep_dir}); run it again with `{again}`")
     root, names = p.workdir / "runs" / "sweeps", [s["name"] for s in list_sweeps(p.workdir)]
-    near = difflib.get_close_matches(p.name, names, n=3, cutoff=0.6)
+    near = difflib.get_close_matches(p.name, names)  # the 3 nearest above 0.6 similarity
     shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
     return (f"no sweep named {brief(p.name)} in {root}" + (f"; nearest: {', '.join(near)}" if near else "")
             + (f"; all: {shown}" if names else "; it has none (`python -m sweeps run SPEC` starts one)"))

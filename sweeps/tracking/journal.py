@@ -75,7 +75,7 @@ class Journal:
 
     def remove(self) -> None:
         with contextlib.suppress(OSError):  # never there when it could not be written
-            self.path.unlink(missing_ok=True)
+            self.path.unlink()
 
     def spool_ops(self, ops: list[dict]) -> None:
         """What is still unsent as the driver lets go: appended to the spool, for the next driver or `sync`."""

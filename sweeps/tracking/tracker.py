@@ -182,8 +182,9 @@ class Tracker:
     def find_run(self, key: str) -> str | None:
         return self.store.find_run(key)
 
-    def _write(self, ops: list[dict]) -> bool:
-        return self._journal.write(ops) if self._journal else True
+    def _write(self, ops: list[dict]) -> None:
+        if self._journal:
+            self._journal.write(ops)
 
     # ---- operations (queued) ---------------------------------------------------------------------
     def ensure_run(self, key: str, tags: dict, params: dict | None = None, name: str | None = None) -> None:

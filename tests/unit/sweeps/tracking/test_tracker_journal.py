@@ -220,3 +220,18 @@ def test_the_unsent_are_spooled_by_a_driver_whose_journal_was_never_written(tmp_
     journal = Journal(spool, log=lambda line: None)
     journal.spool_ops([{"op": "end", "key": "k1"}])
     assert not journal.path.exists() and spool.read_text() == '{"op": "end", "key": "k1"}\n'
+
+
+def test_an_adopted_file_removed_meanwhile_is_no_error(tmp_path, monkeypatch):
+    """`sweeps sync` may replay and remove the spool while a driver adopts it: both have it, nothing fails."""
+    spool = tmp_path / "tracking_spool.jsonl"
+    spool.write_text('{"op": "end", "key": "k1"}\n')
+    journal = Journal(spool, log=lambda line: None)
+    wrote = Journal.write
+
+    def write_then_sync_removes_the_spool(self, ops):
+        spool.unlink()
+        return wrote(self, ops)
+
+    monkeypatch.setattr(Journal, "write", write_then_sync_removes_the_spool)
+    assert journal.adopt() == [{"op": "end", "key": "k1"}] and not spool.exists()

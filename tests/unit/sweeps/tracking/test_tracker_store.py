@@ -456,3 +456,74 @@ def test_a_second_creator_of_a_new_store_waits_for_the_first_then_finds_it_made(
     waiter.join(60)
     assert outcome == ["ok"] and not list(tmp_path.glob(".mlflow.db.creating-*"))
     assert MlflowClient(uri).search_experiments()  # the store both opened
+
+
+def test_a_store_wedged_by_a_cut_migration_fails_the_check_with_its_fix(store, monkeypatch):
+    """What check_reachable says when MLflow meets the `_alembic_tmp_` table a stop during creation left behind."""
+    class Wedged:
+        def __init__(self, uri):
+            pass
+
+        def search_experiments(self):
+            raise RuntimeError("(sqlite3.OperationalError) table _alembic_tmp_endpoints already exists")
+
+    monkeypatch.setattr(tracking, "MlflowClient", Wedged)
+    with pytest.raises(tracking.TrackingUnavailable) as err:
+        tracking.check_reachable(store, source="--tracking-uri")
+    db = store.removeprefix("sqlite:///")
+    assert str(err.value) == (
+        f"--tracking-uri: MLflow store {store} cannot be used: (sqlite3.OperationalError) table _alembic_tmp_endpoints "
+        "already exists. Its tables were left half-made by a stop while MLflow created them: if no sweep wrote to "
+        f"{db} (a new store), delete that file and start again; `mlflow db upgrade` cannot mend it")
+
+
+def test_a_servers_health_is_asked_with_a_ten_second_timeout(monkeypatch):
+    asked = []
+
+    def urlopen(url, timeout):
+        asked.append((url, timeout))
+        raise tracking.urllib.error.URLError("refused")
+
+    monkeypatch.setattr(tracking.urllib.request, "urlopen", urlopen)
+    with pytest.raises(tracking.TrackingUnavailable, match="cannot be reached"):
+        tracking.check_reachable("http://127.0.0.1:5/")
+    assert asked == [("http://127.0.0.1:5/health", 10.0)]
+
+
+def test_an_empty_store_file_is_made_whole(tmp_path):
+    """An empty file (a creation stopped before its rename, or `touch`) is a new store: made beside it and renamed."""
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"")
+    tracking.new_sqlite_store(f"sqlite:///{db}")
+    assert db.stat().st_size > 0 and list(tmp_path.iterdir()) == [db]
+
+
+def test_the_first_failure_is_said_once_with_its_error_cut_at_120_characters(store):
+    lines = []
+    t = Tracker(store, "exp", log=lines.append)
+
+    def away(op):
+        raise ConnectionError("x" * 200)
+
+    t.store.apply = away
+    t.set_tags("k1", {"a": "1"})
+    t.set_tags("k1", {"b": "2"})
+    assert t.drain(force=True) is False
+    assert lines == [f"[tracking] {store} unavailable (ConnectionError: {'x' * 120}); 1 operation(s) kept and retried; "
+                     "training goes on"]
+
+
+def test_flush_retries_every_two_seconds_until_its_timeout(store, monkeypatch):
+    t = Tracker(store, "exp", **QUIET)
+    t.queue = [{"op": "tags", "key": "k1", "tags": {"a": "1"}}]
+    t.store.apply = lambda op: (_ for _ in ()).throw(ConnectionError("away"))
+    clock, slept = [0.0], []
+    monkeypatch.setattr(tracking.time, "monotonic", lambda: clock[0])
+
+    def sleep(s):
+        slept.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr(tracking.time, "sleep", sleep)
+    assert t.flush(timeout=5) is False
+    assert slept == [2.0, 2.0, 2.0] and len(t.queue) == 1  # no journal to spool to: kept in memory
