@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -518,12 +519,12 @@ def test_flush_retries_every_two_seconds_until_its_timeout(store, monkeypatch):
     t.queue = [{"op": "tags", "key": "k1", "tags": {"a": "1"}}]
     t.store.apply = lambda op: (_ for _ in ()).throw(ConnectionError("away"))
     clock, slept = [0.0], []
-    monkeypatch.setattr(tracking.time, "monotonic", lambda: clock[0])
 
     def sleep(s):
         slept.append(s)
         clock[0] += s
 
-    monkeypatch.setattr(tracking.time, "sleep", sleep)
+    # the tracker's clock only: the process's time module stays real (pytest and mutmut time with it)
+    monkeypatch.setattr(tracking, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
     assert t.flush(timeout=5) is False
     assert slept == [2.0, 2.0, 2.0] and len(t.queue) == 1  # no journal to spool to: kept in memory
