@@ -67,11 +67,12 @@ class Host:
     ticks: int        # clock ticks per second
 
     @classmethod
-    def here(cls) -> "Host":
+    def here(cls, proc: Path = Path("/proc")) -> "Host":
+        """This machine; without /proc (or a part of it) the boot id is "" and the boot time 0."""
         boot_id, boot_time = "", 0.0
         with contextlib.suppress(OSError, ValueError):
-            boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-            boot_time = float(next(ln.split()[1] for ln in Path("/proc/stat").read_text().splitlines()
+            boot_id = (proc / "sys/kernel/random/boot_id").read_text().strip()
+            boot_time = float(next(ln.split()[1] for ln in (proc / "stat").read_text().splitlines()
                                    if ln.startswith("btime ")))
         return cls(socket.gethostname(), boot_id, boot_time, os.sysconf("SC_CLK_TCK"))
 
@@ -194,7 +195,7 @@ def _create(path: Path, info: LockInfo) -> bool:
             f.write(info.to_json())
         return True
     finally:
-        tmp.unlink(missing_ok=True)
+        tmp.unlink()  # the complete file stays only under the lock's name
 
 
 def _take_over(path: Path, stale: LockInfo, mine: LockInfo) -> bool:
@@ -232,10 +233,9 @@ class DriverLock:
             if self._stop.is_set():
                 return True
             self.info = dataclasses.replace(self.info, heartbeat=time.time())
-            now = read_lock(self.path)
-            if now is None and _create(self.path, self.info):  # removed by hand: ours again, unless taken
+            if _create(self.path, self.info):  # removed by hand: ours again, unless another driver took it
                 return True
-            now = read_lock(self.path) if now is None else now
+            now = read_lock(self.path)
             if now is not None and now.token != self.info.token:
                 self._stop.set()
                 self.log(f"[driver] driver.lock of this sweep is now held by pid {now.pid} on host {now.host} "

@@ -5,12 +5,17 @@ heartbeat, release, and what `status`, `stop` and `sync` make of a lock."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +23,8 @@ import pytest
 from sweeps.driver import lock as DL
 from sweeps.driver.commands import _driver_lines, stop_sweep, sync_sweep
 from sweeps.driver.sweep import RunArgs, SweepState
-from sweeps.driver.lock import DriverBusy, Host, LockInfo, judge, proc_start_ticks
+from sweeps.driver.lock import DriverBusy, Host, LockInfo, Verdict, judge, proc_start_ticks
+from sweeps.errors import SweepError
 from sweeps.paths import sweep_paths
 
 HERE = Host.here()
@@ -353,3 +359,262 @@ def test_status_lists_stages_in_their_order_and_ranks_a_minimised_metric_lowest_
     # search first; z (0.4) best, x after it; y stopped early: its shorter run is listed last, never marked best
     assert rows == ["search * z s0 FINISHED 0.40", "search x s0 FINISHED 0.90",
                     "search y s0 STOPPED_EARLY: asha at epoch 2 of 6 0.20", "confirm * top1 x s9 FINISHED 0.50"]
+
+
+# ---- every field, message and fallback of the lock ------------------------------------------------------------
+def stamp(t: float) -> str:
+    """A wall time as the lock's messages write it (computed here through datetime, not time.strftime)."""
+    return datetime.fromtimestamp(t).isoformat(sep=" ", timespec="seconds")
+
+
+def test_the_judgements_verdicts_in_full():
+    here = Host("vm", "boot-1", NOW - 3600, 100)
+    lock = LockInfo(42, "vm", "boot-1", 5000, NOW - 100, NOW - 90, "cmd", "t")
+    assert judge(lock, NOW, here, table({42: 5000})) == Verdict(True, "pid 42 runs on this host", 90.0)
+    assert judge(lock, NOW, here, table({})) == Verdict(False, "no process 42 on this host", 90.0)
+    assert judge(lock, NOW, here, table({42: 7000})) == Verdict(
+        False, f"pid 42 is now another process (started {stamp(NOW - 3600 + 70)}; the driver started "
+               f"{stamp(NOW - 3600 + 50)})", 90.0)
+    before_boot = dataclasses.replace(lock, boot_id="boot-0", heartbeat=NOW - 3610)
+    assert judge(before_boot, NOW - 3600, here, table({})) == Verdict(
+        False, "its last heartbeat is older than this host's last boot", 10.0)
+    # a heartbeat at the very second of the boot is not older than it: its age decides
+    at_boot = dataclasses.replace(before_boot, heartbeat=NOW - 3600)
+    assert judge(at_boot, NOW - 3590, here, table({})) == Verdict(True, "last heartbeat 10 s ago", 10.0)
+    # another host's heartbeat from before this host's boot says nothing about that host
+    other = dataclasses.replace(before_boot, host="node-2")
+    assert judge(other, NOW - 3600, here, table({})) == Verdict(True, "last heartbeat 10 s ago", 10.0)
+    assert judge(other, other.heartbeat + 60, here, table({})).live  # 60 s is not over STALE_AFTER_S
+    assert judge(other, other.heartbeat + 61.5, here, table({})) == Verdict(
+        False, "no heartbeat for 62 s (over 60 s)", 61.5)
+    assert judge(other, other.heartbeat + 0.4, here, table({})).reason == "last heartbeat 0 s ago"
+    assert judge(other, other.heartbeat - 5, here, table({})).reason == "last heartbeat 0 s ago"  # a clock ahead
+
+
+def test_host_wall_time_and_host_here_with_and_without_proc(tmp_path):
+    host = Host("vm", "b", NOW, 100)
+    assert host.wall(250) == stamp(NOW + 2.5) and host.wall(None) == "an unknown time"
+    real = Host.here()
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    assert abs(time.time() - uptime - real.boot_time) < 2 and real.boot_id and real.ticks == 100
+    assert Host.here(tmp_path) == Host(socket.gethostname(), "", 0.0, real.ticks)  # no /proc at all
+    (tmp_path / "sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "sys/kernel/random/boot_id").write_text("abc\n")
+    assert Host.here(tmp_path) == Host(socket.gethostname(), "abc", 0.0, real.ticks)  # no /proc/stat
+    (tmp_path / "stat").write_text("cpu 1 2\nbtime x\n")
+    assert Host.here(tmp_path).boot_time == 0.0  # a btime that does not parse
+    (tmp_path / "stat").write_text("cpu 1 2\nbtime 1700000000\n")
+    assert Host.here(tmp_path).boot_time == 1_700_000_000.0
+
+
+def test_the_lock_file_as_written_and_an_unreadable_one_as_read(tmp_path):
+    info = LockInfo(42, "vm", "b", 7, 1.5, 2.5, "cmd", "t")
+    assert info.to_json() == (b'{\n "pid": 42,\n "host": "vm",\n "boot_id": "b",\n "start_ticks": 7,\n "started": 1.5,'
+                              b'\n "heartbeat": 2.5,\n "command": "cmd",\n "token": "t",\n "ray_session": null\n}')
+    path = tmp_path / DL.LOCK_FILE
+    path.write_bytes(info.to_json())
+    assert DL.read_lock(path) == info
+    path.write_text("[1, 2]")
+    os.utime(path, (1000.0, 1000.0))
+    assert DL.read_lock(path) == LockInfo(0, "?", "", None, 1000.0, 1000.0, "(unreadable driver.lock)", "unreadable")
+    assert DL.read_lock(tmp_path / "none") is None
+
+
+def test_inspect_judges_at_the_time_it_is_given(tmp_path):
+    then = 1_000_000_000.0  # 2001
+    write_lock(tmp_path, lock_of(4242, host="node-2", boot_id="b", start=1, heartbeat=then))
+    lock, verdict = DL.inspect(tmp_path, now=then + 30)
+    assert lock.pid == 4242 and verdict == Verdict(True, "last heartbeat 30 s ago", 30.0)
+    assert not DL.inspect(tmp_path)[1].live  # judged now: decades without a heartbeat
+    assert DL.inspect(tmp_path / "none") == (None, None)
+
+
+def test_the_busy_message_in_full(tmp_path):
+    lock = LockInfo(42, "vm", "b", 7, NOW, NOW + 10, "python -m sweeps run s.yaml", "t")
+    for age, said in [(3.6, "4"), (0.3, "0"), (-2.0, "0")]:
+        assert DL.busy_message("s", lock, Verdict(True, "", age), tmp_path) == (
+            f"sweep s already has a driver: pid 42 on host vm (`python -m sweeps run s.yaml`, since {stamp(NOW)}), "
+            f"last heartbeat {said} s ago. One driver per sweep: wait for it to finish, follow it with "
+            f"`python -m sweeps status s --workdir {tmp_path}`, or interrupt it with "
+            f"`python -m sweeps stop s --workdir {tmp_path}` (then resume it)")
+
+
+def test_a_temporary_file_is_complete_and_hidden_beside_the_lock(tmp_path):
+    tmp = DL._tmp(tmp_path / DL.LOCK_FILE, b"data")
+    assert tmp.parent == tmp_path and tmp.name.startswith(".driver.lock.") and tmp.name.endswith(".tmp")
+    assert tmp.read_bytes() == b"data"
+
+
+@pytest.mark.parametrize("no_links", [errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS])
+def test_without_hard_links_the_lock_is_created_exclusively(tmp_path, monkeypatch, no_links):
+    def link(src, dst):
+        raise OSError(no_links, os.strerror(no_links))
+
+    monkeypatch.setattr(DL.os, "link", link)
+    path, info = tmp_path / DL.LOCK_FILE, lock_of(os.getpid(), heartbeat=NOW)
+    old_umask = os.umask(0o022)
+    try:
+        assert DL._create(path, info) is True
+    finally:
+        os.umask(old_umask)
+    assert path.read_bytes() == info.to_json() and path.stat().st_mode & 0o777 == 0o644
+    assert DL._create(path, dataclasses.replace(info, pid=1)) is False and DL.read_lock(path) == info
+    assert [p.name for p in tmp_path.iterdir()] == [DL.LOCK_FILE]  # no temporary file left
+
+
+def test_another_link_failure_is_raised_and_leaves_nothing(tmp_path, monkeypatch):
+    def link(src, dst):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(DL.os, "link", link)
+    with pytest.raises(OSError, match="I/O error"):
+        DL._create(tmp_path / DL.LOCK_FILE, lock_of(os.getpid(), heartbeat=NOW))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_lock_names_this_driver_in_every_field(tmp_path):
+    before = time.time()
+    held, again = take(tmp_path / "a"), take(tmp_path / "b")
+    try:
+        mine = DL.read_lock(tmp_path / "a" / DL.LOCK_FILE)
+        assert (mine.pid, mine.host, mine.boot_id, mine.start_ticks) == (
+            os.getpid(), HERE.name, HERE.boot_id, proc_start_ticks(os.getpid()))
+        assert before <= mine.started == mine.heartbeat <= time.time()
+        assert re.fullmatch("[0-9a-f]{32}", mine.token) and mine.token != again.info.token
+    finally:
+        held.release()
+        again.release()
+
+
+@pytest.mark.parametrize("found", ["no lock", "a dead driver's lock"])
+def test_the_acquired_lock_heartbeats_at_the_interval_and_reports_its_loss(tmp_path, sleeper, found):
+    if found == "a dead driver's lock":
+        write_lock(tmp_path / "s", lock_of(dead_pid(), start=1))
+    lines, lost = [], []
+    held = DL.acquire(tmp_path / "s", "cmd", name="s", workdir=tmp_path, log=lines.append, on_lost=lost.append,
+                      interval=0.05)
+    try:
+        assert held._thread.name == "driver-lock-heartbeat" and held._thread.daemon
+        write_lock(tmp_path / "s", lock_of(sleeper.pid))  # another driver takes it
+        deadline = time.monotonic() + 5  # well under HEARTBEAT_S: the interval given is the one used
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [x.pid for x in lost] == [sleeper.pid]
+        assert lines[-1] == (f"[driver] driver.lock of this sweep is now held by pid {sleeper.pid} on host "
+                             f"{HERE.name} (`python -m sweeps run s.yaml`): this driver no longer owns the sweep")
+    finally:
+        held.release()
+
+
+def test_after_ten_lost_races_acquire_gives_up(tmp_path, monkeypatch):
+    tries = []
+    monkeypatch.setattr(DL, "_create", lambda path, info: tries.append(path) or False)
+    monkeypatch.setattr(DL, "read_lock", lambda path: None)  # each time removed before it could be read
+    with pytest.raises(SweepError) as info:
+        take(tmp_path / "s")
+    assert str(info.value) == (f"could not take {tmp_path / 's' / DL.LOCK_FILE}: other drivers kept taking it; "
+                               "try again")
+    assert len(tries) == 10
+
+
+def test_renewal_failures_are_said_once_until_one_succeeds(tmp_path, monkeypatch):
+    lines, fail = [], [True]
+    real = DL.DriverLock.renew
+
+    def renew(self):
+        if fail[0]:
+            raise OSError("disk gone")
+        return real(self)
+
+    monkeypatch.setattr(DL.DriverLock, "renew", renew)
+    held = DL.DriverLock(tmp_path / DL.LOCK_FILE, lock_of(os.getpid(), heartbeat=time.time()), lines.append,
+                         interval=0.02)
+
+    def wait_for(n_lines):
+        deadline = time.monotonic() + 5
+        while len(lines) < n_lines and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    wait_for(1)
+    time.sleep(0.2)  # ten more failed renewals: still one line
+    assert lines == [f"[driver] could not renew {tmp_path / DL.LOCK_FILE} (OSError: disk gone); retrying"]
+    fail[0] = False
+    deadline = time.monotonic() + 5
+    while not (tmp_path / DL.LOCK_FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)
+    fail[0] = True  # a success in between: the next failure is said again
+    wait_for(2)
+    held.release()
+    assert len(lines) == 2 and lines[1] == lines[0]
+
+
+def test_renew_keeps_its_lock_and_a_released_lock_is_left_alone(tmp_path, monkeypatch):
+    held = DL.DriverLock(tmp_path / DL.LOCK_FILE, lock_of(os.getpid(), heartbeat=time.time()), print,
+                         interval=3600)
+    assert held.renew() is True and held.renew() is True  # created, then replaced
+    first = held.info.heartbeat
+    held.release()
+    assert held.renew() is True and held.info.heartbeat == first  # stopped: nothing written
+    assert not (tmp_path / DL.LOCK_FILE).exists()
+    held = DL.DriverLock(tmp_path / DL.LOCK_FILE, lock_of(os.getpid(), heartbeat=time.time()), print,
+                         interval=3600)
+    held.renew()
+
+    def unreadable(path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(DL, "read_lock", unreadable)
+    held.release()  # a lock it cannot read is not removed, and release does not fail
+    assert (tmp_path / DL.LOCK_FILE).exists()
+
+
+def test_the_holder_is_signalled_through_its_pidfd_and_by_pid_without_one(sleeper, monkeypatch):
+    lock = lock_of(sleeper.pid)
+
+    def no_kill(pid, sig):
+        raise AssertionError("signalled by pid although a pidfd pinned the process")
+
+    with monkeypatch.context() as m:
+        m.setattr(DL.os, "kill", no_kill)
+        assert DL.signal_holder(dataclasses.replace(lock, start_ticks=lock.start_ticks - 1), signal.SIGTERM) is False
+        assert sleeper.poll() is None  # a reused pid is never signalled
+        assert DL.signal_holder(lock, signal.SIGCONT) is True
+
+    def no_pidfd(pid):
+        raise OSError(errno.ENOSYS, "no pidfd")
+
+    monkeypatch.setattr(DL.os, "pidfd_open", no_pidfd)
+    assert DL.signal_holder(lock, signal.SIGTERM) is True
+    assert sleeper.wait(10) == -signal.SIGTERM
+    assert DL.signal_holder(lock, signal.SIGTERM) is False  # ended
+
+
+def test_process_names_with_a_parenthesis_and_leftovers_named_by_their_command(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline(); "
+                              "open('/proc/self/comm', 'w').write('x) Z 1 2 3'); print('ok', flush=True); "
+                              "sys.stdin.readline()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        start = proc_start_ticks(child.pid)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "ok\n"
+        assert "x) Z 1 2 3" in Path(f"/proc/{child.pid}/stat").read_text()
+        assert proc_start_ticks(child.pid) == start is not None  # a name with ") Z" is still a live process
+    finally:
+        child.kill()
+        child.wait()
+
+    session = tmp_path / "session_x"
+    session.mkdir()
+    agents = []
+    with open(session / "log", "w") as log:
+        for argv0 in ["/bin/sleep", "ray::IDLE", "ray/agent", b"ray\xff"]:
+            agents.append(subprocess.Popen([argv0, "300"], executable="/bin/sleep", stdout=log))
+    try:
+        found = dict(DL.leftover_ray_processes(str(session)))
+        assert [found[a.pid] for a in agents] == ["sleep", "ray::IDLE", "ray/agent", "ray\ufffd"]
+    finally:
+        for a in agents:
+            a.kill()
+            a.wait()
