@@ -72,7 +72,7 @@ def _blame_options(raw: dict, path: str, given: dict, exc: ConfigError) -> Confi
     own (for --set: the items that do), else all of them together."""
     def fails(**opts) -> bool:
         try:
-            parse_spec(raw, path, **opts)
+            parse_spec(raw, **opts)  # only whether it fails: the path is for messages
         except ConfigError:
             return True
         return False
@@ -80,7 +80,7 @@ def _blame_options(raw: dict, path: str, given: dict, exc: ConfigError) -> Confi
     if not given or fails():
         return exc  # the file's own mistake (or no option at all)
     blamed = next(({k: v} for k, v in given.items() if fails(**{k: v})), given)
-    if set(blamed) == {"sets"} and len(given["sets"]) > 1:
+    if set(blamed) == {"sets"}:
         blamed = {"sets": {k: v for k, v in given["sets"].items() if fails(sets={k: v})} or given["sets"]}
     flags = " with ".join(_flag_text(k, v) for k, v in blamed.items())
     msg = str(exc).removeprefix(f"{path}: ")

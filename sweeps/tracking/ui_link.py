@@ -60,7 +60,7 @@ def ui_url(experiment_id: str, base: str = "http://127.0.0.1:5000", metrics: tup
                         "columnWidths": widths}, separators=(",", ":"))
     key = "ssat-" + hashlib.sha1(state.encode()).hexdigest()[:10]
     tag = f"mlflow.sharedViewState.{key}"
-    name = (f"Search: {', '.join(metrics[:1])} (best first), sampled parameters" if sort_by
+    name = (f"Search: {metrics[0]} (best first), sampled parameters" if sort_by
             else "Trials: " + ", ".join(metrics) + (" and the grid's factors" if params else ""))
     try:
         client = MlflowClient(store)

@@ -1,15 +1,12 @@
 """The sweep driver's judgement of a stage, without Ray: which trials count as finished, what the confirm stage
-may rank, how a scheduler's early stop is recorded, what Ctrl+C turns into, and the state file."""
+may rank, how a scheduler's early stop is recorded, and the state file (what Ctrl+C turns into: test_interrupt.py)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import pytest
 
 from sweeps.driver.sweep import RunArgs, SweepState, cut_at
-from sweeps.driver.interrupt import Interrupt
 from sweeps.errors import SpecError
 from sweeps.trials.mlflow_callback import _end_tags
 from sweeps.trials.outcomes import StageOutcome, TrialOutcome, stage_outcome, top_configs, trial_outcome
@@ -120,77 +117,6 @@ def test_a_cut_trial_says_the_epoch_it_was_in_or_that_only_its_completion_was_mi
     assert cut(4, "finished") == "after its last epoch, before Tune completed it"
 
 
-def test_ctrl_c_becomes_tunes_stop_signal_inside_a_stage_and_keyboardinterrupt_outside():
-    got = []
-    old_usr1 = signal.signal(signal.SIGUSR1, lambda s, f: got.append("usr1"))
-    before = signal.getsignal(signal.SIGINT)
-    try:
-        stop = Interrupt()
-        with stop.installed():
-            assert os.environ["TUNE_DISABLE_SIGINT_HANDLER"] == "1"
-            with stop.tune_stage():
-                os.kill(os.getpid(), signal.SIGINT)
-            assert stop.requested and got == ["usr1"]
-            with pytest.raises(KeyboardInterrupt):  # outside Tune (the teacher stage)
-                os.kill(os.getpid(), signal.SIGINT)
-        assert signal.getsignal(signal.SIGINT) is before and "TUNE_DISABLE_SIGINT_HANDLER" not in os.environ
-        again = Interrupt()
-        with again.installed(), again.tune_stage():
-            os.kill(os.getpid(), signal.SIGINT)
-            with pytest.raises(KeyboardInterrupt):  # a second Ctrl+C does not wait for Tune
-                os.kill(os.getpid(), signal.SIGINT)
-    finally:
-        signal.signal(signal.SIGUSR1, old_usr1)
-
-
-def test_a_signals_cause_is_the_stoppers_first_line_else_the_signals_name(tmp_path):
-    """settle's stop_cause names the stop; a file that is missing, blank or unreadable never breaks the handler."""
-    cause_file = tmp_path / "stop_cause"
-    stop = Interrupt(cause_file)
-    assert stop.signal_cause(signal.SIGINT) == "Ctrl+C"  # missing
-    cause_file.write_text("  \n\n")
-    assert stop.signal_cause(signal.SIGTERM) == "SIGTERM"  # blank
-    cause_file.write_bytes(b"\xff\xfe not text")
-    assert stop.signal_cause(signal.SIGHUP) == "SIGHUP"  # not UTF-8
-    cause_file.write_text("\n SLURM ended job 7 (scancel)\nmore\n")
-    assert stop.signal_cause(signal.SIGINT) == "SLURM ended job 7 (scancel)"
-    assert Interrupt().signal_cause(signal.SIGINT) == "Ctrl+C"
-
-
-def test_sigterm_inside_a_slurm_job_names_slurm_until_settle_says_more(tmp_path, monkeypatch):
-    """SLURM's scancel or requeue sends SIGTERM to every process of the job, so the driver can get it before settle
-    has written stop_cause (CI, 2026-11-28: its runs then said "interrupted (SIGTERM)"): SIGTERM in a SLURM job is
-    SLURM's, in the words settle uses; other signals, and SIGTERM outside SLURM, keep their names."""
-    cause_file = tmp_path / "stop_cause"
-    stop = Interrupt(cause_file)
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    assert stop.signal_cause(signal.SIGTERM) == "SIGTERM"
-    monkeypatch.setenv("SLURM_JOB_ID", "42")
-    assert stop.signal_cause(signal.SIGTERM) == "SLURM ended job 42 (scancel, a requeue or its time limit)"
-    assert [stop.signal_cause(s) for s in (signal.SIGINT, signal.SIGHUP)] == ["Ctrl+C", "SIGHUP"]
-    cause_file.write_text("the time limit of SLURM job 42\n")
-    assert stop.signal_cause(signal.SIGTERM) == "the time limit of SLURM job 42"  # settle's file still wins
-
-
-@pytest.mark.parametrize("sig, cause", [(signal.SIGTERM, "SIGTERM"), (signal.SIGHUP, "SIGHUP")])
-def test_sigterm_and_sighup_stop_a_sweep_as_ctrl_c_does_and_say_which(sig, cause):
-    got = []
-    old_usr1 = signal.signal(signal.SIGUSR1, lambda s, f: got.append("usr1"))
-    before = signal.getsignal(sig)
-    try:
-        stop = Interrupt()
-        with stop.installed(), stop.tune_stage():
-            os.kill(os.getpid(), sig)
-            assert (stop.cause, got) == (cause, ["usr1"])
-            os.kill(os.getpid(), signal.SIGINT)  # a later Ctrl+C hurries it, and the first cause stays
-            pytest.fail("a second stop signal must raise KeyboardInterrupt")
-    except KeyboardInterrupt:
-        assert stop.cause == cause and got == ["usr1"]
-    finally:
-        signal.signal(signal.SIGUSR1, old_usr1)
-    assert signal.getsignal(sig) is before
-
-
 def test_sweep_state_round_trips_and_reads_the_old_format(tmp_path):
     paths = sweep_paths(tmp_path, "s")
     paths.sweep_dir.mkdir(parents=True)
@@ -239,32 +165,6 @@ def test_a_resumed_sweep_runs_the_same_rows(tmp_path):
     SweepState(name="s", spec_path="x.yaml", source=_grid_raw(), tracking_uri="sqlite:///m.db",
                args=RunArgs(rows=["b"])).save(paths)
     assert [t.row for t in SweepState.load(paths).spec().trials()] == ["b", "b"]
-
-
-def test_a_stop_asked_inside_a_held_block_comes_at_its_end_and_a_lost_one_at_the_check():
-    """A signal inside the local Ray's start is held to the block's end (a KeyboardInterrupt raised inside ray.init
-    was dropped by Python in its logging's lock release, and the sweep ran on); a stop whose KeyboardInterrupt was
-    lost is raised again at the stage's end; a signal while the stop is recorded is ignored."""
-    import signal as sig
-
-    from sweeps.driver.interrupt import Interrupt
-
-    stop = Interrupt()
-    with pytest.raises(KeyboardInterrupt):
-        with stop.held():
-            stop._handler(sig.SIGTERM, None)  # no raise here
-            reached = True
-    assert reached and stop.cause == "SIGTERM"
-    lost = Interrupt()
-    with pytest.raises(KeyboardInterrupt):
-        lost._handler(sig.SIGINT, None)
-    with pytest.raises(KeyboardInterrupt):
-        lost.check()  # raised again at the stage's end
-    Interrupt().check()  # nothing asked: nothing raised
-    quiet = Interrupt()
-    quiet.stopping = True
-    quiet._handler(sig.SIGINT, None)  # while the stop is recorded
-    assert quiet.cause is None
 
 
 def test_a_stop_ends_each_cut_trials_run_killed_with_the_epoch_it_was_in_and_the_resume_command(tmp_path):

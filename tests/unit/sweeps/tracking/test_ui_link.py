@@ -158,3 +158,17 @@ def test_a_new_sqlite_store_is_made_beside_it_and_renamed_whole(tmp_path, monkey
     real(f"sqlite:///{db}").create_experiment("x")
     tracking.new_sqlite_store(f"sqlite:///{db}")  # a store with its tables: left as it is
     assert len(seen) == 1
+
+
+def test_a_maximised_search_metric_is_sorted_descending_and_a_view_without_factors_says_so(store):
+    from sweeps.spec import parse_spec
+
+    spec = parse_spec({"name": "s", "preset": "mnist5k-ssat-mbi", "metric": "val/pgd10", "mode": "max",
+                       "search": {"space": {"method.beta": {"float": [0.0, 1.0]}},
+                                  "confirm": {"top_k": 1, "seeds": [9]}}})
+    assert ui_url("7", spec=spec) == ("http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+                                      "&orderByKey=metrics.%60val%2Fpgd10%60&orderByAsc=false")  # max: best first
+    exp = Tracker(store, "s", log=lambda s: None).experiment_id
+    key = ui_url(exp, store=store, metrics=("acc",)).split("viewStateShareKey=")[1]
+    view = json.loads(MlflowClient(store).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])
+    assert view["name"] == "Trials: acc"  # no grid factors: none named
