@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from sweeps.driver.interrupt import Interrupt
 from sweeps.driver.sweep import RunArgs, SweepState, cut_at
 from sweeps.errors import SpecError
 from sweeps.trials.mlflow_callback import _end_tags
@@ -196,3 +197,203 @@ def test_a_stop_ends_each_cut_trials_run_killed_with_the_epoch_it_was_in_and_the
         "KILLED: interrupted (SIGTERM) after its last epoch, before Tune completed it;")
     assert (runs["ended"].info.status, runs["ended"].data.tags["ssat.status"]) == ("FINISHED", "RUNNING")
     assert (runs["never"].info.status, runs["never"].data.tags["ssat.status"]) == ("RUNNING", "RUNNING")
+
+
+# ---- how a sweep's run opens and ends, on a real MLflow store (the stages themselves need Ray: integration tier) --
+def opened(store: str, tmp_path, raw: dict | None = None):
+    """A sweep's paths, state, spec and tracker with its run opened as the driver opens it."""
+    from sweeps.driver.sweep import _open_sweep_run
+
+    raw = raw or {**BASE, "grid": [{"row": "a", "set": {}}]}
+    spec = parse_spec(raw)
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True)
+    state = SweepState(name="s", spec_path="s.yaml", source=raw, tracking_uri=store, args=RunArgs(),
+                       code={"git_commit": "abc"})
+    lines: list[str] = []
+    tracker = _open_sweep_run(spec, paths, state, lines.append)
+    return spec, paths, state, tracker, lines
+
+
+def runs_by_key(store: str) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
+    return {r.data.tags["ssat.key"]: r for r in client.search_runs([client.get_experiment_by_name("s").experiment_id])}
+
+
+def test_the_sweeps_run_opens_with_its_spec_and_runs_again_after_a_stop(store, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.driver.sweep import _open_sweep_run
+    from sweeps.tracking.run_records import sweep_key
+
+    spec, paths, state, tracker, _ = opened(store, tmp_path)
+    run = runs_by_key(store)[sweep_key("s")]
+    assert (run.info.status, run.info.run_name, run.data.tags["ssat.kind"]) == ("RUNNING", "s", "sweep")
+    assert paths.spec_file.read_text() == json.dumps(state.source, indent=1)
+    assert [a.path for a in MlflowClient(store).list_artifacts(run.info.run_id)] == [paths.spec_file.name]
+    assert tracker.queue == []  # sent before the teacher stage starts
+    tracker.end(sweep_key("s"), "KILLED")
+    _open_sweep_run(spec, paths, state, print)
+    assert runs_by_key(store)[sweep_key("s")].info.status == "RUNNING"  # a resume reopens the same run
+
+
+def test_a_finished_sweep_ends_its_run_saves_its_state_and_says_where_to_look(store, tmp_path):
+    from sweeps.driver.sweep import _finished
+    from sweeps.tracking.run_records import sweep_key
+
+    spec, paths, state, tracker, lines = opened(store, tmp_path)
+    assert _finished(spec, paths, state, tracker, sweep_key("s"), lines.append) == 0
+    run = runs_by_key(store)[sweep_key("s")]
+    assert (run.info.status, run.data.tags["ssat.status"]) == ("FINISHED", "FINISHED")
+    assert SweepState.load(paths).status == "done"
+    assert lines[0] == f"sweep s finished; runs in {store} (experiment s)"
+    assert lines[1].startswith(f"its trials in MLflow's UI: http://127.0.0.1:5000/#/experiments/"
+                               f"{tracker.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=ssat-")
+    assert len(lines) == 2  # a grid: no search table, no study
+
+
+def test_a_finished_search_names_its_table_with_the_metric_it_ranks_by_and_its_study(store, tmp_path):
+    from sweeps.driver.sweep import _finished
+    from sweeps.tracking.run_records import sweep_key
+
+    search = {**BASE, "metric": "train/loss", "mode": "min",
+              "search": {"num_samples": 2, "space": {"method.beta": {"float": [0.0, 1.0]}},
+                         "confirm": {"top_k": 1, "seeds": [10]}}}
+    for raw, rank in [(search, " --metric train/loss --mode min"),
+                      ({**search, "metric": "val/pgd10", "mode": "max"}, "")]:
+        spec, paths, state, tracker, lines = opened(store, tmp_path / raw["mode"], raw)
+        state.study_url = f"sqlite:///{tmp_path}/optuna.db"
+        _finished(spec, paths, state, tracker, sweep_key("s"), lines.append)
+        assert lines[2:] == [f"the search table: python -m analysis.tables --experiment s --table search{rank} "
+                             f"--tracking-uri {store}",
+                             f"the study (every trial, its curve, the importances): optuna-dashboard "
+                             f"{state.study_url} --host 127.0.0.1 --port 8080"]
+
+
+def test_an_mlflow_server_store_links_its_own_ui(tmp_path):
+    from sweeps.driver.sweep import _finished
+
+    class Away:  # a tracker whose server is down: nothing is sent, the links are still said
+        experiment_id = "4"
+
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True)
+    state = SweepState(name="s", spec_path="s.yaml", source={}, tracking_uri="http://127.0.0.1:5077", args=RunArgs())
+    lines: list[str] = []
+    _finished(parse_spec({**BASE, "grid": [{"row": "a", "set": {}}]}), paths, state, Away(), "p", lines.append)
+    assert lines[1].startswith("its trials in MLflow's UI: http://127.0.0.1:5077/#/experiments/4/runs?")
+
+
+@pytest.mark.parametrize("interrupted", ["Ctrl+C", None])
+def test_an_incomplete_sweep_ends_its_run_and_every_run_left_running(store, tmp_path, interrupted):
+    from sweeps.driver.sweep import _incomplete
+    from sweeps.tracking.run_records import sweep_key
+
+    spec, paths, state, tracker, lines = opened(store, tmp_path)
+    for key in ("running", "done"):
+        tracker.ensure_run(key, {"ssat.key": key, "ssat.status": "RUNNING"}, name=key)
+    tracker.end("done")
+    resume = f"python -m sweeps resume s --workdir {tmp_path}"
+    assert _incomplete(paths, state, tracker, sweep_key("s"), "grid", "had 1 failed trial", interrupted,
+                       lines.append) == 1
+    runs = runs_by_key(store)
+    why = "interrupted (Ctrl+C)" if interrupted else "had 1 failed trial"
+    parent = runs[sweep_key("s")]
+    if interrupted:
+        assert (parent.info.status, parent.data.tags["ssat.status"]) == (
+            "KILLED", f"KILLED: interrupted (Ctrl+C) in stage grid; resume with: {resume}")
+    else:
+        assert (parent.info.status, parent.data.tags["ssat.status"]) == (
+            "FAILED", f"FAILED: stage grid had 1 failed trial; resume with: {resume}")
+    assert (runs["running"].info.status, runs["running"].data.tags["ssat.status"]) == (
+        "KILLED", f"KILLED: the sweep stopped in stage grid ({why}) while this run was RUNNING; resume with: {resume}")
+    assert (runs["done"].info.status, runs["done"].data.tags["ssat.status"]) == ("FINISHED", "RUNNING")
+    assert SweepState.load(paths).status == "incomplete"
+    hint = "" if interrupted else "  (add --rerun-failed to re-run failed trials)"
+    assert lines == [f"sweep s is INCOMPLETE: stage grid {why}. Resume with:\n  {resume}{hint}"]
+
+
+def test_a_stop_before_the_sweeps_run_opened_and_one_whose_record_fails(tmp_path):
+    from sweeps.driver.sweep import _incomplete, _stopping
+
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True)
+    state = SweepState(name="s", spec_path="s.yaml", source={}, tracking_uri="sqlite:///x.db", args=RunArgs())
+    lines: list[str] = []
+    stop = Interrupt()
+    assert _stopping(stop, paths, state, None, "p", "start", "", "SIGTERM", lines.append) == 1
+    assert stop.stopping is True and SweepState.load(paths).status == "incomplete"
+    assert lines == [f"sweep s is INCOMPLETE: stage start interrupted (SIGTERM). Resume with:\n  python -m sweeps "
+                     f"resume s --workdir {tmp_path}"]
+
+    class Broken:
+        def __getattr__(self, name):
+            raise ConnectionError("store away")
+
+    lines.clear()
+    assert _incomplete(paths, state, Broken(), "p", "grid", "stopped by ValueError: x", None, lines.append,
+                       error=True) == 1  # the error itself goes on from the caller
+    assert lines[0] == "[driver] could not record the sweep's end (ConnectionError: store away)"
+    assert lines[1].endswith("resume s --workdir " + str(tmp_path))  # no --rerun-failed hint after an error
+    with pytest.raises(ConnectionError):
+        _incomplete(paths, state, Broken(), "p", "grid", "had 1 failed trial", None, lines.append)
+
+
+def test_runs_left_running_are_not_looked_for_in_a_store_that_is_away(tmp_path):
+    from sweeps.driver.sweep import _end_left_running
+
+    class Away:
+        experiment_id = "1"
+
+        class client:
+            @staticmethod
+            def search_runs(*a, **k):
+                raise ConnectionError("refused")
+
+    lines: list[str] = []
+    _end_left_running(Away(), "p", "KILLED", lines.append)
+    assert lines == ["[tracking] could not look for runs left RUNNING (ConnectionError)"]
+
+
+def test_a_finished_sweep_is_not_run_again_and_names_a_free_name(tmp_path):
+    from sweeps.driver.sweep import finished_message
+
+    paths = sweep_paths(tmp_path, "s")
+    (tmp_path / "runs" / "sweeps" / "s-2").mkdir(parents=True)
+    state = SweepState(name="s", spec_path="s.yaml", source={}, tracking_uri="sqlite:///m.db", args=RunArgs(),
+                       created="2026-11-29 10:00")
+    assert finished_message(paths, state, "specs/s.yaml") == (
+        "sweep s is already finished (started 2026-11-29 10:00); nothing was run. Its runs are in sqlite:///m.db, "
+        f"experiment s (`python -m sweeps status s --workdir {tmp_path}`); its state is in {paths.sweep_dir}. To run "
+        f"it again, give it another name: `python -m sweeps run specs/s.yaml --name s-3 --workdir {tmp_path}` (with "
+        "your other options)")
+    assert "(started earlier)" in finished_message(paths, SweepState(
+        name="s", spec_path="s.yaml", source={}, tracking_uri="x", args=RunArgs()), "s.yaml")
+
+
+def test_a_live_driver_refuses_a_command_that_would_write_and_a_dead_one_does_not(tmp_path):
+    import subprocess
+
+    from sweeps.driver import lock as DL
+    from sweeps.driver.sweep import _refuse_if_driven
+
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True)
+    _refuse_if_driven(paths)  # no lock
+    here = DL.Host.here()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        info = DL.LockInfo(sleeper.pid, here.name, here.boot_id, DL.proc_start_ticks(sleeper.pid), 0.0, 0.0, "cmd",
+                           "t")
+        (paths.sweep_dir / DL.LOCK_FILE).write_bytes(info.to_json())
+        with pytest.raises(DL.DriverBusy, match=f"sweep s already has a driver: pid {sleeper.pid}"):
+            _refuse_if_driven(paths)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    _refuse_if_driven(paths)  # its driver is gone
