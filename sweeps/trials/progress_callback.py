@@ -4,6 +4,7 @@ progress lines from the trial's log."""
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import time
 from pathlib import Path
@@ -54,7 +55,7 @@ def failure_reason(exc: BaseException | None) -> str:
     if "RayActorError" in names:
         return f"its worker process died ({type(exc).__name__})"
     err = getattr(exc, "cause", None) or exc  # RayTaskError: what the trial raised, without Ray's wrapping
-    text = str(err).strip().split("\n", 1)[0]
+    text = str(err).strip().partition("\n")[0]
     return f"{type(err).__name__}: {text[:160]}" if text else type(err).__name__
 
 
@@ -64,8 +65,10 @@ def last_error(trial) -> BaseException | None:
     from ray import cloudpickle
 
     path = getattr(trial, "pickled_error_file", None)
+    if not path:
+        return None
     try:
-        return cloudpickle.loads(Path(path).read_bytes()) if path else None
+        return cloudpickle.loads(Path(path).read_bytes())
     except Exception:  # unreadable, or a class this driver cannot import
         return None
 
@@ -94,7 +97,7 @@ class ProgressCallback(Callback):
         self.first: dict[str, int] = {}   # trial id -> epochs it had done before this driver saw it
         self.done: set[str] = set()
         self.logs: dict[str, tuple[Path, int, object]] = {}  # trial id -> (its trial.log, bytes read, trial)
-        self.polled = 0.0
+        self.polled = -math.inf  # never: the first step looks
         self.trials: dict[str, TrialView] = {}  # trial id -> what its lines say of it, read once
 
     def _view(self, trial) -> TrialView:

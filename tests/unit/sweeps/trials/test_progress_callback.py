@@ -1,4 +1,6 @@
 """The sweep's progress lines: trials done out of what the spec asked for, and the time left from measured epochs."""
+import io
+import sys
 from types import SimpleNamespace
 
 import sweeps.trials.progress_callback as progress
@@ -178,3 +180,135 @@ def test_a_trial_ended_early_where_no_scheduler_stops_trials_is_not_called_stopp
     out = capsys.readouterr().out
     assert "ended after epoch 4 of 12 without its last: Tune completed it early, and the stage is incomplete" in out
     assert "scheduler" not in out and cb.total_epochs == 4
+
+
+# ---- every line in full, flushed at once ----------------------------------------------------------------------
+class Console(io.StringIO):
+    """sys.stdout as Ray's log capture sees it: a line shows only once flushed."""
+
+    def __init__(self):
+        super().__init__()
+        self.shown = ""
+
+    def flush(self):
+        self.shown = self.getvalue()
+
+
+def watch(monkeypatch) -> Console:
+    """The console from here on (set inside the test: pytest's capture puts its own back between phases)."""
+    out = Console()
+    monkeypatch.setattr(sys, "stdout", out)
+    return out
+
+
+def test_every_line_in_full_and_flushed_at_once(monkeypatch, tmp_path):
+    console = watch(monkeypatch)
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "perf_counter", clock)
+    cb = ProgressCallback(total=2, total_epochs=6)
+    a, b = _trial("a"), _trial("b", row="q")
+    clock.t += 65
+    cb.on_trial_result(0, [a, b], a, {"epoch": 1})
+    assert console.shown == "[sweep 1 min 05 s] r s0: epoch 1 (0.0 s) | 0/2 trials done, about 5 min 25 s left\n"
+    cb.on_trial_result(0, [a, b], b, {})  # a report without an epoch (none seen yet)
+    assert console.shown.splitlines()[-1] == "[sweep 1 min 05 s] q s0: epoch 0 (0.0 s) | 0/2 trials done, about 2 " \
+                                             "min 42 s left"  # it counts as one epoch run
+    cb.on_trial_result(0, [a, b], a, {"epoch": 2, "failed_reason": "no teacher"})
+    assert console.shown.splitlines()[-1] == "[sweep] r s0: stopped: no teacher"
+    a.last_result = {"epoch": 2, "failed_reason": "no teacher"}
+    before, total = console.getvalue(), cb.total_epochs
+    cb.on_trial_complete(0, [a, b], a)  # said at its report: nothing more, nothing taken out
+    assert (console.getvalue(), cb.total_epochs) == (before, total)
+    b.last_result = {"epoch": 3}  # completed early, no scheduler: its 0 remaining epochs (not 1) taken out
+    cb.on_trial_complete(0, [a, b], b)
+    assert console.shown.splitlines()[-1] == ("[sweep] q s0: ended after epoch 3 of 3 without its last: Tune "
+                                              "completed it early, and the stage is incomplete")
+    assert cb.total_epochs == 6
+    c = _trial("c")
+    c.last_result = None  # no report at all: all three of its epochs out
+    cb.on_trial_complete(0, [c], c)
+    assert cb.total_epochs == 3
+    cb.on_trial_error(0, [c], c)
+    assert console.shown.splitlines()[-1] == "[sweep] r s0 FAILED (None)"
+    c.last_result, c.status = {"epoch": 3, "time/epochs": 3}, "TERMINATED"
+    cb.on_trial_complete(0, [c], c)
+    assert console.shown.splitlines()[-1].startswith("[sweep] r s0 finished (1/2 trials done")
+    assert console.shown == console.getvalue()  # every line flushed
+
+
+def test_a_trial_whose_config_cannot_be_built_is_named_by_its_id_and_not_followed(monkeypatch, tmp_path):
+    console = watch(monkeypatch)
+    cb = ProgressCallback(total=1, total_epochs=3)
+    odd = SimpleNamespace(trial_id="t9", config={"trial": {"meta": {}, "base": {"bogus": 1}}},
+                          last_result={"epoch": 1}, status="RUNNING", error_file=None)
+    cb.on_trial_result(0, [odd], odd, {"epoch": 1, "work_dir": str(tmp_path)})
+    assert cb.logs == {}  # its epochs unknown (0): not taken for its last
+    cb.on_trial_complete(0, [odd], odd)
+    assert console.shown.splitlines()[-1].startswith("[sweep] trial t9: ended after epoch 1 of ? without its last")
+
+
+def test_two_finished_trials_count_two(monkeypatch):
+    console = watch(monkeypatch)
+    cb = ProgressCallback(total=2, total_epochs=2)
+    a, b = _trial("a", epochs=1), _trial("b", epochs=1)
+    cb.on_trial_result(0, [a, b], a, {"epoch": 1, "time/epochs": 1})
+    cb.on_trial_result(0, [a, b], b, {"epoch": 1, "time/epochs": 1})
+    assert "| 2/2 trials done" in console.shown.splitlines()[-1]
+
+
+def test_the_time_left_ends_at_the_last_epoch_and_covers_the_outer_job(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "perf_counter", clock)
+    cb = ProgressCallback(total=1, total_epochs=3)
+    clock.t += 10
+    cb.epoch, cb.first = {"a": 2}, {"a": 0}  # 2 epochs in 10 s, 1 left
+    assert cb.eta() == ", about 5 s left"
+    with progress.outer_job("make paper", 4):
+        assert cb.eta() == ", about 5 s left (make paper: about 25 s)"  # (1 + 4) epochs at 5 s
+    assert cb.eta() == ", about 5 s left"
+    cb.epoch = {"a": 3}
+    assert cb.eta() == ""  # nothing left
+
+
+def test_the_log_is_followed_from_its_size_at_the_last_epoch_and_looked_at_every_two_seconds(monkeypatch,
+                                                                                           tmp_path):
+    console = watch(monkeypatch)
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "perf_counter", clock)
+    cb = ProgressCallback(total=1, total_epochs=2)
+    a = _trial("a", epochs=2)
+    cb.on_step_begin(0, [a])  # the first step looks (nothing to follow yet)
+    assert cb.polled == clock.t
+    log = tmp_path / "trial.log"
+    cb.on_trial_result(0, [a], a, {"epoch": 1, "work_dir": str(tmp_path)})  # no log yet: from its start
+    log.write_bytes(b"10:00:00 final evaluation: on \xff test images\nfinal evaluation without a time\n"
+                    b"10:00:01\tfinal evaluation after a tab\n")
+    clock.t += 2.0  # exactly POLL_S after the last look: looks
+    cb.on_step_begin(0, [a])
+    assert console.shown.splitlines()[-2:] == ["[sweep 2 s] r s0: final evaluation: on \ufffd test images",
+                                               "[sweep 2 s] r s0: final evaluation without a time"]
+    b = _trial("b", epochs=2)
+    old = tmp_path / "b"
+    old.mkdir()
+    (old / "trial.log").write_text("10:00:00 final evaluation of an earlier attempt\n")
+    cb.on_trial_result(0, [b], b, {"epoch": 1, "work_dir": str(old)})
+    assert cb.logs["b"][1] == len("10:00:00 final evaluation of an earlier attempt\n")  # what was there is old
+
+
+def test_a_retry_line_counts_attempts_of_max_failures_plus_one_and_finds_the_error_file(monkeypatch, tmp_path):
+    console = watch(monkeypatch)
+    assert progress.retry_line("r", 0, 0, 0, "x", None) == ("[sweep] r: attempt 1 of 1, before its first epoch: x; "
+                                                            "it resumes from its last checkpoint")
+    assert "attempt 2, after epoch 3" in progress.retry_line("r", 1, -1, 3, "x", None)  # unlimited retries
+    t = _trial("a")
+    t.num_failures, t.max_failures, t.last_result, t.error_file = 1, 2, None, "/storage/a/error.txt"
+    cb = ProgressCallback(total=1, total_epochs=3)
+    cb.on_trial_recover(0, [t], t)  # no path, no pickled error
+    assert console.shown == ("[sweep] r s0: attempt 2 of 3, before its first epoch: an error Ray did not keep; it "
+                             "resumes from its last checkpoint (details: /storage/a/error.txt)\n")
+
+
+def test_a_failure_reason_is_its_first_line():
+    assert progress.failure_reason(ValueError("bad beta\nmore\nand more")) == "ValueError: bad beta"
+    assert progress.failure_reason(ValueError("")) == "ValueError"
+    assert progress.last_error(SimpleNamespace()) is None  # Ray kept no pickle of it
