@@ -215,3 +215,183 @@ def test_an_error_in_a_stage_ends_the_sweeps_run_and_releases_the_lock(work, mon
     assert state(work)["status"] == "incomplete"
     assert not (work / "runs" / "sweeps" / "s" / LOCK_FILE).exists()
     assert "Resume with:\n  python -m sweeps resume s" in capsys.readouterr().out
+
+
+# ---- status, stop and sync: every line in full ------------------------------------------------------------------
+def a_sweep(tmp_path: Path, uri: str = "sqlite:///nowhere.db", status: str = "running", source: dict | None = None,
+            driver_pid: int | None = 4242):
+    from sweeps.driver.sweep import RunArgs, SweepState
+    from sweeps.paths import sweep_paths
+
+    paths = sweep_paths(tmp_path, "s")
+    paths.sweep_dir.mkdir(parents=True, exist_ok=True)
+    source = source or {"name": "s", "preset": "mnist5k-ssat-mbi", "grid": [{"row": "a"}]}
+    state = SweepState(name="s", spec_path="s.yaml", source=source, tracking_uri=uri, args=RunArgs(), status=status,
+                       driver_pid=driver_pid)
+    state.save(paths)
+    return paths, state
+
+
+def a_lock(paths, pid: int, **fields) -> LockInfo:
+    import dataclasses
+    import time
+
+    here = Host.here()
+    info = dataclasses.replace(LockInfo(pid, here.name, here.boot_id, proc_start_ticks(pid), time.time() - 60,
+                                        time.time(), "python -m sweeps run s.yaml", "t"), **fields)
+    (paths.sweep_dir / LOCK_FILE).write_bytes(info.to_json())
+    return info
+
+
+def stamp(t: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(t).isoformat(sep=" ", timespec="seconds")
+
+
+def test_the_driver_lines_of_a_live_a_dead_and_an_older_driver(tmp_path, sleeper):
+    import time
+
+    paths, state = a_sweep(tmp_path)
+    info = a_lock(paths, sleeper.pid, started=1_700_000_000.0, heartbeat=time.time() + 5)  # a clock a bit ahead
+    assert _driver_lines(paths, state) == [
+        f"driver: pid {sleeper.pid} on host {info.host} runs (`python -m sweeps run s.yaml`, since "
+        f"{stamp(1_700_000_000.0)}); last heartbeat 0 s ago"]
+    resume = f"resume with `python -m sweeps resume s --workdir {tmp_path}`"
+    # another host's stale lock: its Ray's leftovers are not looked for here, even in a folder of this host
+    session = tmp_path / "session"
+    session.mkdir()
+    with open(session / "log", "w") as log:
+        agents = [subprocess.Popen(["sleep", "300"], stdout=log) for _ in range(2)]
+    try:
+        a_lock(paths, 4242, host="node-2", boot_id="b", heartbeat=time.time() - 600, ray_session=str(session))
+        (line,) = _driver_lines(paths, state)
+        assert line == f"driver pid 4242 is not running (no heartbeat for 600 s (over 60 s), host node-2); {resume}"
+        a_lock(paths, 4242, start_ticks=1, ray_session=str(session))  # this host's: listed, all of them
+        lines = _driver_lines(paths, state)
+        pids = sorted(a.pid for a in agents)
+        assert lines[1] == (f"its local Ray left these running: pid {pids[0]} (sleep), pid {pids[1]} (sleep); they "
+                            f"train nothing and exit on their own (or now: `kill {pids[0]} {pids[1]}`)")
+    finally:
+        for a in agents:
+            a.kill()
+            a.wait()
+    (paths.sweep_dir / LOCK_FILE).unlink()
+    older, _ = a_sweep(tmp_path, driver_pid=sleeper.pid)
+    assert _driver_lines(older, D.SweepState.load(older)) == [
+        f"driver pid {sleeper.pid} may still run (it left no driver.lock: an older version)"]
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    for pid in (gone.pid, None):
+        paths, state = a_sweep(tmp_path, driver_pid=pid)
+        assert _driver_lines(paths, state) == [f"driver pid {pid} is not running; {resume}"]
+    paths, state = a_sweep(tmp_path, status="done")
+    assert _driver_lines(paths, state) == []
+
+
+def test_status_counts_a_searchs_trials_and_tabulates_every_stage(tmp_path, store, monkeypatch):
+    from sweeps.driver.commands import sweep_status
+
+    search = {"name": "s", "preset": "mnist5k-ssat-mbi", "metric": "val/pgd10", "mode": "max",
+              "search": {"num_samples": 5, "space": {"method.beta": {"float": [0.0, 1.0]}},
+                         "confirm": {"top_k": 2, "seeds": [10, 11, 12]}}}
+    a_sweep(tmp_path, store, status="incomplete", source=search)
+    c = MlflowClient(store)
+    exp = c.create_experiment("s")
+    long = "FAILED: " + "x" * 32  # 40 characters: shown whole
+    longer = long + "y"  # 41: cut
+    for name, stage, status, pgd in [("s1", "search", "FINISHED", 0.0), ("s2", "search", "FINISHED", 0.5),
+                                     ("s3", "search", "STOPPED_EARLY: asha at epoch 1 of 4", 0.9),
+                                     ("s4", "search", long, float("nan")), ("c1", "confirm", longer, None),
+                                     ("old", None, "FINISHED", 0.1)]:
+        tags = {"ssat.kind": "trial", "ssat.status": status, **({"ssat.stage": stage} if stage else {})}
+        run = c.create_run(exp, run_name=name, tags=tags)
+        if pgd is not None:
+            c.log_metric(run.info.run_id, "val/pgd10", pgd)
+    monkeypatch.chdir(tmp_path)
+    lines = sweep_status("s").splitlines()  # the work folder by default: here
+    head, by = lines[2].split(": ", 1)
+    assert head == "trials expected 11; runs by status" and json.loads(by) == {  # 5 + 2 x 3
+        "FINISHED": 3, "STOPPED_EARLY": 1, "FAILED": 2}
+    assert lines[3:] == [
+        "  stage      trial  status                                    val/pgd10",
+        "  search   * s2     FINISHED                                       0.50",
+        "  search     s1     FINISHED                                       0.00",
+        f"  search     s4     {long}          -",  # NaN: no value, last of the finished
+        "  search     s3     STOPPED_EARLY: asha at epoch 1 of 4            0.90",  # fewer epochs: after the rest
+        f"  confirm    c1     {long[:39]}…          -",
+        "           * old    FINISHED                                       0.10",  # a run of no stage: last
+        "  (* the best of its stage by val/pgd10, max)"]
+
+
+def test_status_ranks_a_minimised_metric_with_a_zero_first(tmp_path, store):
+    from sweeps.driver.commands import trial_lines
+
+    spec = parse({"name": "s", "preset": "mnist5k-ssat-mbi", "metric": "train/loss", "mode": "min",
+                  "grid": [{"row": "a"}]})
+    c = MlflowClient(store)
+    exp = c.create_experiment("s")
+    for name, loss in [("b", 0.5), ("a", 0.0), ("c", 0.5)]:
+        run = c.create_run(exp, run_name=name, tags={"ssat.kind": "trial", "ssat.stage": "grid"})
+        c.log_metric(run.info.run_id, "train/loss", loss)
+    rows = [" ".join(ln.split()) for ln in trial_lines(c.search_runs([exp]), spec)[1:-1]]
+    assert rows == ["grid * a RUNNING 0.00", "grid b RUNNING 0.50", "grid c RUNNING 0.50"]  # ties by name
+
+
+def parse(raw: dict):
+    from sweeps.spec import parse_spec
+
+    return parse_spec(raw)
+
+
+def test_stop_says_why_nothing_was_signalled(tmp_path, sleeper, capsys, monkeypatch):
+    import time
+
+    import sweeps.driver.commands as C
+    from sweeps.driver.commands import stop_sweep
+
+    paths, _ = a_sweep(tmp_path, status="done")
+    assert stop_sweep("s", workdir=tmp_path) == 1
+    assert capsys.readouterr().out == (f"sweep s: no driver holds it (no driver.lock in {paths.sweep_dir}); nothing "
+                                       "signalled; it is finished\n")
+    paths, _ = a_sweep(tmp_path)
+    here = Host.here()
+    elsewhere = f"sweep s: its driver, pid {sleeper.pid}, is on host node-2, not this one ({here.name}): nothing " \
+                "signalled; run `python -m sweeps stop s` there"
+    a_lock(paths, sleeper.pid, host="node-2", boot_id="b", heartbeat=time.time())
+    assert stop_sweep("s", workdir=tmp_path) == 1 and capsys.readouterr().out == elsewhere + "\n"
+    a_lock(paths, sleeper.pid, host="node-2", boot_id="b", heartbeat=time.time() - 100)
+    assert stop_sweep("s", workdir=tmp_path) == 1
+    assert capsys.readouterr().out == elsewhere + " (it may be gone: no heartbeat for 100 s (over 60 s))\n"
+    for fields in ({"boot_id": "another boot"}, {"boot_id": ""}):  # this host, but not (known to be) this boot
+        a_lock(paths, sleeper.pid, heartbeat=time.time(), **fields)
+        assert stop_sweep("s", workdir=tmp_path) == 1 and "nothing signalled" in capsys.readouterr().out
+    a_lock(paths, sleeper.pid, start_ticks=None)
+    assert stop_sweep("s", workdir=tmp_path) == 1
+    assert capsys.readouterr().out == (f"sweep s: driver.lock gives no start time for pid {sleeper.pid}, so it "
+                                       "cannot be told from a reused pid: nothing signalled; interrupt the driver "
+                                       "where it runs (Ctrl+C)\n")
+    a_lock(paths, sleeper.pid)
+    monkeypatch.setattr(C, "signal_holder", lambda lock, sig: False)  # it ended between the look and the signal
+    assert stop_sweep("s", workdir=tmp_path) == 1
+    assert capsys.readouterr().out == (f"sweep s: driver pid {sleeper.pid} ended just now; nothing signalled; "
+                                       f"resume it with `python -m sweeps resume s --workdir {tmp_path}`\n")
+    assert sleeper.poll() is None
+
+
+def test_sync_sends_what_dead_drivers_left_and_says_how_many(tmp_path, store, capsys):
+    from sweeps.driver.commands import sync_sweep
+    from sweeps.tracking.tracker import Tracker
+
+    paths, _ = a_sweep(tmp_path, store)
+    spool = paths.sweep_dir / "tracking_spool.otherhost.1.0.jsonl"  # a dead driver's journal
+    left = json.dumps({"op": "ensure", "key": "k", "tags": {"ssat.kind": "trial"}, "params": {}, "name": "a s0"})
+    spool.write_text(left + "\n")
+    assert sync_sweep("s", workdir=tmp_path) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "sync s: 1 spooled operation(s); all sent"
+    assert Tracker(store, "s", log=lambda s: None).find_run("k") is not None
+    assert not (paths.sweep_dir / LOCK_FILE).exists()  # held only while it synced
+    away, _ = a_sweep(tmp_path / "away", "http://127.0.0.1:9")  # nothing listens on the discard port
+    (away.sweep_dir / "tracking_spool.otherhost.1.0.jsonl").write_text(left + "\n")
+    assert sync_sweep("s", workdir=tmp_path / "away", timeout=0.5) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "sync s: 1 spooled operation(s); store still unreachable, kept"
