@@ -123,14 +123,16 @@ def test_a_search_trials_run_id_is_set_on_its_running_optuna_trial_once(store, t
 
 
 def test_a_pickled_callback_keeps_its_settings_only_and_an_old_one_gets_the_new_fields(store, tmp_path):
-    cb = TrackingCallback(store, "unit", str(tmp_path), "p1", "/art", study=("sqlite:///o.db", "s"))
+    study = (f"sqlite:///{tmp_path / 'optuna.db'}", "s")
+    optuna.create_study(storage=study[0], study_name="s")
+    cb = TrackingCallback(store, "unit", str(tmp_path), "p1", "/art", study=study)
     trial = a_trial()
     cb.on_trial_result(0, [trial], trial, {"epoch": 1, "repro_json": json.dumps({"precision": "fp32"})})
     assert cb._tracker and cb._seen and cb._resolved and cb._trials and cb._sent
     cb._linked.add("t0")
     back = pickle.loads(pickle.dumps(cb))
     assert vars(back) == {"uri": store, "experiment": "unit", "sweep_dir": str(tmp_path), "parent_run_id": "p1",
-                          "artifact_root": "/art", "study": ("sqlite:///o.db", "s"), "_tracker": None, "_seen": set(),
+                          "artifact_root": "/art", "study": study, "_tracker": None, "_seen": set(),
                           "_resolved": set(), "_trials": {}, "_sent": {}, "_linked": set()}
     old = TrackingCallback.__new__(TrackingCallback)  # as Tune stored it before these fields existed
     old.__setstate__({"uri": store, "experiment": "unit", "sweep_dir": str(tmp_path), "parent_run_id": None,
