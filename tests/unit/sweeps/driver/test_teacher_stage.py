@@ -24,3 +24,36 @@ def test_a_users_pseudo_labels_need_no_teacher_and_are_checked_first(tmp_path):
     for path, why in ((other, "belongs to split"), (tmp_path / "missing.pt", "no such file")):
         with pytest.raises(PseudoLabelError, match=why):
             teacher_stage([cfg.replace(**{"data.pseudo_labels": str(path)})], None, "s", tmp_path / "teachers")
+
+
+def test_one_teacher_per_split_made_once_and_its_run_in_a_real_store(tmp_path, store):
+    """A three-step teacher on MNIST-5k: configs sharing a split share one teacher, made once (also for a config
+    that named another teacher folder: the sweep's is used), a fully labeled config needs none; the teacher's run
+    holds its metrics, its test protocol and its provenance, and a second stage finds the same teacher and run."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.tracking.tracker import Tracker
+
+    quick = {"teacher.steps": 3, "teacher.eval_every": 2, "teacher.labeled_batch": 16, "teacher.unlabeled_batch": 24}
+    a = tiny(**quick)
+    configs = [a, a.replace(**{"method.beta": 0.5}), a.replace(**{"data.teacher_dir": str(tmp_path / "mine")}),
+               tiny("mnist5k-trades")]
+    tracker = Tracker(store, "s", log=lambda s: None)
+    lines: list[str] = []
+    runs = teacher_stage(configs, tracker, "s", tmp_path / "teachers", log=lines.append)
+    split = split_for(a)[1].hash
+    assert list(runs) == [split] and not (tmp_path / "mine").exists()
+    said = [ln for ln in lines if ln.startswith("[teacher] ")]
+    assert len(said) == 1 and said[0].startswith(f"[teacher] mnist5k split {split}: {tmp_path / 'teachers'}/")
+    assert said[0].endswith(" s)")
+    client = MlflowClient(store)
+    run = client.get_run(runs[split])
+    assert run.info.status == "FINISHED" and run.data.tags["ssat.kind"] == "teacher"
+    prov = json.loads(next((tmp_path / "teachers").rglob("provenance.json")).read_text())
+    assert run.data.metrics["teacher/val_acc"] == prov["val_acc"] and run.data.metrics["teacher/steps"] == 3
+    assert any(k.startswith("test/teacher/") for k in run.data.metrics), sorted(run.data.metrics)
+    assert any(k.startswith("protocol/") for k in run.data.tags), sorted(run.data.tags)
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["provenance.json"]
+    assert teacher_stage(configs, tracker, "s", tmp_path / "teachers", log=lines.append) == runs  # found again
