@@ -170,3 +170,29 @@ def test_the_checkpoint_size_is_measured_again_after_30_s_of_a_late_clock(tmp_pa
     assert watch.need() == FLOOR + 1000
     clock[0] += 0.5
     assert watch.need() == FLOOR + 2000
+
+
+def test_the_watch_runs_in_a_daemon_thread_and_outlasts_a_folder_it_cannot_read_yet(tmp_path, monkeypatch):
+    calls = []
+
+    def disk_usage(folder):
+        calls.append(folder)
+        if len(calls) == 1:
+            raise FileNotFoundError(folder)  # e.g. a network file system's hiccup: looked at again next time
+        return type("Usage", (), {"free": 1 * MB, "total": 64 * MB})()
+
+    monkeypatch.setattr(disk.shutil, "disk_usage", disk_usage)
+    stops = []
+    with DiskWatch(tmp_path, tmp_path, tmp_path / "disk_reserve", 1, stops.append, lambda line: None,
+                   interval=0.01) as watch:
+        assert watch._thread.name == "sweep-disk-watch" and watch._thread.daemon  # never keeps the driver alive
+        watch._thread.join(timeout=10)
+    assert stops == ["disk full"] and calls[:2] == [tmp_path, tmp_path]
+
+
+def test_a_stray_file_named_like_a_checkpoint_does_not_stop_the_cleanup(tmp_path):
+    _checkpoint(tmp_path / "trial_a" / "checkpoint_000001", 1, torn="cut")
+    (tmp_path / "trial_a" / "checkpoint_000002").write_text("not a folder")
+    dropped = disk.drop_torn_checkpoints(tmp_path)
+    assert sorted(p.name for p in dropped) == ["checkpoint_000001", "checkpoint_000002"]
+    assert not (tmp_path / "trial_a" / "checkpoint_000001").exists()

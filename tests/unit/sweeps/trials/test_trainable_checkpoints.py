@@ -336,3 +336,25 @@ def test_the_trial_id_and_repro_tags_are_sent_only_when_they_change(tmp_path):
                     {"repro.gpu": None, "repro.graph_mode": "off", "repro.cuda_peak_mib": 10.0},
                     {"repro.cuda_peak_mib": 12.5}]
     assert [op[3] for op in cb._tracker.ops if op[0] == "log_epoch"] == [1, 2, 3]  # every epoch still logged
+
+
+def test_a_verified_last_pt_that_is_no_checkpoint_of_ours_and_tunes_epoch_for_the_registered_one(tmp_path):
+    trial = tmp_path / "t"
+    write_checkpoint(trial / "checkpoint_000000", 1)
+    odd = write_checkpoint(trial / "checkpoint_000001", 2)
+    save_verified({"weights": torch.ones(2)}, odd / "last.pt")  # intact, but without an epoch
+    plan, notes = plan_restore(trial / "checkpoint_000002", None)
+    assert plan.unusable[1] == Unusable("checkpoint_000001", "last.pt", "cannot be read")
+    assert (plan.use, plan.use_epoch) == ("checkpoint_000000", 1)
+    assert len(notes) == 1 and "KeyError: 'epoch'" in notes[0]
+    # the checkpoint Tune registered comes with its epoch (Tune's): its last.pt is not read for it
+    plan, notes = plan_restore(odd, 2)
+    assert (plan.use, plan.use_epoch, notes) == ("checkpoint_000001", 2, [])
+
+
+def test_an_unusable_checkpoint_is_said_with_or_without_where_it_lies():
+    gone, damaged = Unusable("checkpoint_000003", None, "is gone from storage"), \
+        Unusable("checkpoint_000002", "state.pt", "failed its checksum")
+    assert gone.text() == "checkpoint_000003 is gone from storage" and not gone.damaged
+    assert damaged.text("/s/t/") == damaged.text("/s/t") == "/s/t/checkpoint_000002/state.pt failed its checksum"
+    assert damaged.damaged
