@@ -7,15 +7,10 @@ import os
 import pty
 import select
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from sweeps.driver.interrupt import Interrupt
-
-ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_ctrl_c_becomes_tunes_stop_signal_inside_a_stage_and_keyboardinterrupt_outside():
@@ -129,14 +124,18 @@ def test_inside_tune_the_first_request_is_forwarded_as_sigusr1_and_a_second_is_n
         signal.signal(signal.SIGUSR1, old_usr1)
 
 
-def on_a_terminal(code: str) -> str:
-    """What a child process running `code` (with `stop`, an installed Interrupt) writes to its terminal: stdout and
-    stderr on one pseudo-terminal, as in an ssh session."""
+def on_a_terminal(body) -> str:
+    """What `body()` writes to its terminal, run in a forked child of this process (so the code under test is this
+    process's) whose stdout and stderr are one pseudo-terminal, as in an ssh session."""
     main, tty = pty.openpty()
-    script = ("import os, signal\nfrom sweeps.driver.interrupt import Interrupt\nstop = Interrupt()\n"
-              "with stop.installed():\n" + "".join(f"    {line}\n" for line in code.splitlines()))
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=tty, stderr=tty, stdin=subprocess.DEVNULL,
-                             cwd=ROOT)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(tty, 1)
+            os.dup2(tty, 2)
+            body()
+        finally:
+            os._exit(0)
     os.close(tty)
     out = b""
     try:
@@ -153,17 +152,25 @@ def on_a_terminal(code: str) -> str:
             out += chunk
     finally:
         os.close(main)
-        child.wait(30)
+        os.waitpid(pid, 0)
     return out.decode()
 
 
+def ctrl_c_then_hang_up() -> None:
+    stop = Interrupt()
+    with stop.installed():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except KeyboardInterrupt:
+            os.write(1, b"out-after-int ")
+            os.write(2, b"err-after-int ")
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+        except KeyboardInterrupt:
+            os.write(1, b"out-after-hup ")
+            os.write(2, b"err-after-hup ")
+
+
 def test_after_a_hang_up_the_console_writes_go_nowhere_and_after_ctrl_c_they_still_show():
-    said = on_a_terminal("try:\n"
-                         "    os.kill(os.getpid(), signal.SIGINT)\n"
-                         "except KeyboardInterrupt:\n"
-                         "    os.write(1, b'out-after-int '); os.write(2, b'err-after-int ')\n"
-                         "try:\n"
-                         "    os.kill(os.getpid(), signal.SIGHUP)\n"
-                         "except KeyboardInterrupt:\n"
-                         "    os.write(1, b'out-after-hup '); os.write(2, b'err-after-hup ')\n")
+    said = on_a_terminal(ctrl_c_then_hang_up)
     assert "out-after-int err-after-int" in said and "after-hup" not in said, said
