@@ -69,7 +69,9 @@ def holds_everything(t: Tracker, key: str, meta: dict) -> bool:
         return False
     try:
         rid = t.find_run(key)
-        metrics = t.client.get_run(rid).data.metrics if rid else {}
+        if rid is None:
+            return False
+        metrics = t.client.get_run(rid).data.metrics
     except Exception:
         return False
     epochs = int(meta.get("epochs") or 0)

@@ -355,6 +355,10 @@ def test_stop_says_why_nothing_was_signalled(tmp_path, sleeper, capsys, monkeypa
     assert capsys.readouterr().out == (f"sweep s: no driver holds it (no driver.lock in {paths.sweep_dir}); nothing "
                                        "signalled; it is finished\n")
     paths, _ = a_sweep(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert stop_sweep("s") == 1  # the work folder by default: here
+    assert capsys.readouterr().out.endswith(f"nothing signalled; resume it with `python -m sweeps resume s --workdir "
+                                            f"{tmp_path}`\n")
     here = Host.here()
     elsewhere = f"sweep s: its driver, pid {sleeper.pid}, is on host node-2, not this one ({here.name}): nothing " \
                 "signalled; run `python -m sweeps stop s` there"

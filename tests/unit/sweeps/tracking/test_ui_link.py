@@ -122,7 +122,9 @@ def test_a_grid_link_shows_the_table_metrics_and_the_grids_factors_by_name(store
     uri = store
     exp = Tracker(uri, "g", log=lambda s: None).experiment_id
     key = ui_url(exp, store=uri, spec=spec).split("viewStateShareKey=")[1]
-    state = json.loads(json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])["state"])
+    view = json.loads(MlflowClient(uri).get_experiment(exp).tags[f"mlflow.sharedViewState.{key}"])
+    assert view["name"] == "Trials: test/best/clean, test/best/pgd20, val/pgd10 and the grid's factors"
+    state = json.loads(view["state"])
     assert state["selectedColumns"][3:] == ["params.`attack.schedule`", "params.`method.interpolate`",
                                             "params.`method.beta`"]
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import optuna
@@ -81,6 +83,9 @@ def test_a_trials_run_from_start_to_end(store, tmp_path, capsys):
     assert sorted(a.path for a in client.list_artifacts(rid, "checkpoints")) == ["checkpoints/best.pt",
                                                                                  "checkpoints/best.pt.sha256"]
     assert capsys.readouterr().out == ""
+    trial.checkpoint = Checkpoint.from_directory(str(done))
+    cb.on_trial_complete(0, [trial], trial)  # completed again (a retried trial): its kept copies are replaced
+    assert "[tracking]" not in capsys.readouterr().out
 
 
 def test_without_a_parent_the_run_has_none_and_a_failed_check_of_checkpoints_is_said_in_three_frames(store,
@@ -95,8 +100,15 @@ def test_without_a_parent_the_run_has_none_and_a_failed_check_of_checkpoints_is_
 
     trial = a_trial(run_metadata=SimpleNamespace(checkpoint_manager=SimpleNamespace(_checkpoint_results=[Deep()])))
     cb = TrackingCallback(store, "unit", str(tmp_path), None)
-    cb.on_trial_start(0, [trial], trial)
+    flushed = []
+    real_flush = sys.stdout.flush
+    sys.stdout.flush = lambda: flushed.append(True) or real_flush()
+    try:
+        cb.on_trial_start(0, [trial], trial)
+    finally:
+        sys.stdout.flush = real_flush
     out = capsys.readouterr().out
+    assert flushed  # at once, before Tune's own lines
     assert out.startswith("[sweep] checking the checkpoints of trial t0 failed:\nTraceback (most recent call last):")
     assert out.rstrip().endswith("OSError: storage gone") and out.count('  File "') == 3  # the last three frames
     rid = cb.tracker.runs[resolve_trial(trial.config)[1]["trial_key"]]
@@ -158,6 +170,9 @@ def test_a_run_holds_everything_with_all_its_epochs_and_its_evaluation(store):
     t.log_final("k1", {"test/best/clean": 90.0}, {}, 1)
     assert not holds_everything(t, "k1", {"epochs": 1, "stage": "grid"})  # no time/epochs: not all its epochs
     t.queue.append({"op": "tags", "key": "k", "tags": {}})  # an operation not yet in the store: unsure
+    assert not holds_everything(t, "k", {"epochs": 2, "stage": "grid"})
+    t.queue.clear()
+    Path(store.removeprefix("sqlite:///")).write_bytes(b"not a database" * 100)  # the store broke: unsure
     assert not holds_everything(t, "k", {"epochs": 2, "stage": "grid"})
 
 

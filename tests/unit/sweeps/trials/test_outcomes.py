@@ -26,8 +26,11 @@ def test_crowding_distance_by_hand():
     # objective 1 (range 8, ascending order 4, 3, 2, 1, 0): point 3 gets (4-0)/8, point 2 (5-1)/8, point 1 (8-4)/8
     points = [[0, 8], [1, 5], [2, 4], [5, 1], [8, 0]]
     assert crowding_distance(points) == [INF, 0.25 + 0.5, 0.5 + 0.5, 0.75 + 0.5, INF]
-    # a constant objective adds nothing (no division by its zero range)
+    shuffled = [2, 0, 4, 1, 3]  # the same points in another order: the same distance each
+    assert crowding_distance([points[i] for i in shuffled]) == [[INF, 0.75, 1.0, 1.25, INF][i] for i in shuffled]
+    # a constant objective adds nothing (no division by its zero range), first or second
     assert crowding_distance([[0, 1], [1, 1], [2, 1]]) == [INF, 1.0, INF]
+    assert crowding_distance([[1, 0], [1, 1], [1, 2]]) == [INF, 1.0, INF]
     assert crowding_distance([[1, 2], [3, 4]]) == [INF, INF] and crowding_distance([]) == []
 
 
@@ -50,9 +53,10 @@ def outcome(name: str, sampled: dict, **metrics) -> TrialOutcome:
 
 def test_top_k_by_the_metric_from_complete_reports_once_per_configuration():
     spec = parse_spec({**SEARCH, "metric": "val/pgd10", "mode": "max"})
-    trials = [outcome("b", {"x": 1}, **{"val/pgd10": 50.0}), outcome("a", {"x": 2}, **{"val/pgd10": 50.0}),
-              outcome("c", {"x": 3}, **{"val/pgd10": 60.0}), outcome("d", {"x": 4}, **{"val/pgd10": math.nan}),
-              outcome("e", {"x": 5}), outcome("f", {"x": 3}, **{"val/pgd10": 10.0})]
+    # skipped wherever they come: no value (NaN, missing) and a configuration seen before
+    trials = [outcome("d", {"x": 4}, **{"val/pgd10": math.nan}), outcome("b", {"x": 1}, **{"val/pgd10": 50.0}),
+              outcome("c", {"x": 3}, **{"val/pgd10": 60.0}), outcome("f", {"x": 3}, **{"val/pgd10": 10.0}),
+              outcome("e", {"x": 5}), outcome("a", {"x": 2}, **{"val/pgd10": 50.0})]
     assert top_configs(trials, spec) == [{"x": 3}, {"x": 2}]  # 60, then the tie at 50 by name
     low = parse_spec({**SEARCH, "metric": "train/loss", "mode": "min"})
     trials = [outcome("a", {"x": 1}, **{"train/loss": 0.5}), outcome("b", {"x": 2}, **{"train/loss": 0.2}),

@@ -224,6 +224,11 @@ def test_every_line_in_full_and_flushed_at_once(monkeypatch, tmp_path):
     assert console.shown.splitlines()[-1] == ("[sweep] q s0: ended after epoch 3 of 3 without its last: Tune "
                                               "completed it early, and the stage is incomplete")
     assert cb.total_epochs == 6
+    early = _trial("e", scheduler="asha")
+    early.last_result = {"epoch": 1}
+    cb.on_trial_complete(0, [early], early)
+    assert console.shown.splitlines()[-1] == "[sweep] r s0: stopped early by the scheduler after epoch 1"
+    cb.total_epochs = 6
     c = _trial("c")
     c.last_result = None  # no report at all: all three of its epochs out
     cb.on_trial_complete(0, [c], c)
