@@ -399,3 +399,71 @@ def test_sync_sends_what_dead_drivers_left_and_says_how_many(tmp_path, store, ca
     (away.sweep_dir / "tracking_spool.otherhost.1.0.jsonl").write_text(left + "\n")
     assert sync_sweep("s", workdir=tmp_path / "away", timeout=0.5) == 1
     assert capsys.readouterr().out.splitlines()[-1] == "sync s: 1 spooled operation(s); store still unreachable, kept"
+
+
+def test_run_and_resume_hand_each_stage_what_it_needs(work, monkeypatch, capsys):
+    """What the driver passes on, seen from stand-in stages: a first run, a stopped one resumed with
+    --rerun-failed (the sweep's state, its lock naming this driver, its local Ray's session, the teachers' run),
+    and a resume on a cluster given by --address (whose session is not this driver's)."""
+    seen, inits = [], []
+    lock_path = work / "runs" / "sweeps" / "s" / LOCK_FILE
+
+    def _run_stage(stage, spec, paths, st, tracker, meta, interrupt, resume, rerun_failed, log):
+        seen.append({"stage": stage, "spec": spec.name, "resume": resume, "rerun_failed": rerun_failed,
+                     "status": st.status, "pid": st.driver_pid, "lock": json.loads(lock_path.read_text()),
+                     "meta": {k: meta[k] for k in ("teacher_dir", "compile_cache", "teacher_run_id")},
+                     "code": sorted(set(meta) - {"teacher_dir", "compile_cache", "teacher_run_id"}),
+                     "tracker": tracker is not None and tracker.experiment_id is not None,
+                     "address": st.args.address})
+        return "stopped for the test" if len(seen) == 1 else None
+
+    monkeypatch.setattr(D, "_run_stage", _run_stage)
+    monkeypatch.setattr(D, "teacher_stage", lambda *a, **k: {"split-1": "teacher-run-1"})
+    monkeypatch.setattr(D, "init_ray", inits.append)
+    monkeypatch.setattr(D, "session_dir", lambda: "/tmp/ray/session_test")
+    checked = []
+    monkeypatch.setattr(D, "check_gpu", checked.append)
+    assert run(work) == 1
+    assert D.resume_sweep("s", workdir=work, rerun_failed=True) == 0  # as code calls it: its own command line
+    folder = work / "runs" / "sweeps" / "s"
+    first, second = seen
+    assert (first["resume"], first["rerun_failed"], second["resume"], second["rerun_failed"]) == (
+        False, False, True, True)
+    assert [s["stage"] for s in seen] == ["grid", "grid"] and all(s["spec"] == "s" and s["tracker"] for s in seen)
+    assert all(s["status"] == "running" and s["pid"] == os.getpid() for s in seen)
+    assert first["lock"]["command"] == f"python -m sweeps run {work / 's.yaml'} --workdir {work}"  # the CLI's
+    assert second["lock"]["command"] == "python -m sweeps resume s"
+    assert all(s["lock"]["pid"] == os.getpid() and s["lock"]["ray_session"] == "/tmp/ray/session_test" for s in seen)
+    assert first["meta"] == {"teacher_dir": str(folder.parents[1] / "teachers"),
+                             "compile_cache": str(folder.parents[1] / "compile_cache"),
+                             "teacher_run_id": "teacher-run-1"} == second["meta"]
+    assert first["code"] == ["git_commit", "git_dirty", "lock_sha256"]
+    assert inits == [None, None] and [spec.name for spec in checked] == ["s", "s"]
+    assert state(work)["status"] == "done"
+    assert "sweep s finished" in capsys.readouterr().out
+
+    D.sweep_paths(work, "s").state.write_text(json.dumps({**state(work), "status": "incomplete",
+                                                          "phases": {}}))
+    seen.clear()
+    assert main(["resume", "s", "--workdir", str(work), "--address", "10.0.0.1:6379"]) == 1  # stopped again
+    assert inits[-1] == "10.0.0.1:6379" and seen[0]["address"] == "10.0.0.1:6379"
+    assert seen[0]["lock"]["ray_session"] is None  # another cluster's session: not this driver's to name
+    assert seen[0]["rerun_failed"] is False
+
+
+def test_a_resume_names_the_store_it_cannot_reach_and_writes_nothing(work, monkeypatch, capsys):
+    from sweeps.tracking.tracker import TrackingUnavailable
+
+    monkeypatch.setattr(D, "_run_stage", stage_that("stopped for the test"))
+    assert run(work) == 1
+    paths = D.sweep_paths(work, "s")
+    before = paths.state.read_bytes()
+    gone = "sqlite:////proc/nowhere/mlflow.db"
+    with pytest.raises(TrackingUnavailable, match=r"^--tracking-uri: MLflow store sqlite:////proc/nowhere"):
+        D.resume_sweep("s", workdir=work, tracking_uri=gone)
+    assert paths.state.read_bytes() == before  # the state still names its own store
+    paths.state.write_text(json.dumps({**state(work), "tracking_uri": gone}))
+    with pytest.raises(TrackingUnavailable, match=r"^the sweep's store \(resume --tracking-uri gives another\): "):
+        D.resume_sweep("s", workdir=work)
+    paths.state.write_bytes(before)
+    assert not (paths.sweep_dir / LOCK_FILE).exists() and state(work)["status"] == "incomplete"
