@@ -227,7 +227,8 @@ def reuse_text(est: dict, reused: dict) -> str:
              "cpu_seconds": sum(r.get("cpu_seconds") or 0 for r in rows)}
     est["reuse"] = saved
     by: dict[str, int] = {}
-    for sweep in reused.values():
+    for r in rows:  # the trials of this spec only
+        sweep = reused[(r["row"], r["seed"])]
         by[sweep] = by.get(sweep, 0) + 1
     parts = [f"{gh(saved['paper_gpu_hours'])} GPU-h of the paper's"] if saved["paper_gpu_hours"] else []
     if est.get("gpu"):

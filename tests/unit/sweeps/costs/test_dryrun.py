@@ -457,3 +457,21 @@ def test_the_dry_run_with_reuse_marks_the_reused_trials_and_says_what_they_save(
                     f"and would not train: saves {3 * one:.1f} GPU-h of the paper's")
     assert dry_run(spec, lines.append, records=[], reused={}).get("reuse") == {
         "trials": 0, "paper_gpu_hours": 0, "gpu_hours": 0, "cpu_seconds": 0}
+
+
+def test_what_reuse_saves_on_the_paper_on_a_gpu_and_here():
+    from sweeps.costs.dryrun import reuse_text
+
+    units = [{"row": "a", "seed": 0, "paper_gpu_hours": 1.5, "gpu_hours": {"train": 0.25, "aa": 0.5},
+              "cpu_seconds": 90.0},
+             {"row": "a", "seed": 1, "paper_gpu_hours": None, "gpu_hours": {"train": None}, "cpu_seconds": None},
+             {"row": "b", "seed": 0, "paper_gpu_hours": 7.0, "gpu_hours": {"train": 9.0}, "cpu_seconds": 600.0}]
+    est = {"trials": 3, "gpu": "H200", "units": units}
+    reused = {("a", 0): "s1", ("a", 1): "s0", ("c", 9): "s1"}  # (c, 9) is no trial of this spec
+    assert reuse_text(est, reused) == (
+        "reuse: 2 of 3 trials have a finished run in the store (1 from s0, 1 from s1) and would not train: saves "
+        "1.50 GPU-h of the paper's, 0.75 GPU-h on H200, 1.5 trial-minutes here")
+    assert est["reuse"] == {"trials": 2, "paper_gpu_hours": 1.5, "gpu_hours": 0.75, "cpu_seconds": 90.0}
+    bare = {"trials": 3, "units": [{**u, "paper_gpu_hours": None, "cpu_seconds": None} for u in units]}
+    assert reuse_text(bare, {("b", 0): "s1"}) == ("reuse: 1 of 3 trials have a finished run in the store (1 from "
+                                                   "s1) and would not train")  # nothing measured: nothing said saved
