@@ -263,3 +263,19 @@ def test_the_events_of_a_worker_not_waited_for_are_kept_for_its_turn(tmp_path):
     timed = cal.Calibration([], Namespace(budget=1e-6, gpu_gib=None), tmp_path, tmp_path, write=None)
     time.sleep(0.01)
     assert timed.over() and timed.next() is None
+
+
+def test_each_autoattack_part_is_made_as_the_standard_version_runs_it():
+    """The settings of AutoAttack's standard version (one restart, seed 0, Linf, CE then targeted DLR, FAB-T,
+    Square with p_init 0.8) at the budget measured: what the cost of a part is the cost of."""
+    net, cpu = torch.nn.Linear(4, 3), torch.device("cpu")
+    got = {name: measure.aa_attack(net, name, 0.3, (5, 2), cpu) for name in ("apgd-ce", "apgd-t", "fab-t", "square")}
+    assert [type(a).__name__ for a in got.values()] == ["APGDAttack", "APGDAttack_targeted", "FABAttack_PT",
+                                                        "SquareAttack"]
+    common = {"eps": 0.3, "norm": "Linf", "n_restarts": 1, "seed": 0, "device": cpu}
+    assert all({k: vars(a)[k] for k in common} == common for a in got.values())
+    assert (got["apgd-ce"].n_iter, got["apgd-ce"].loss) == (5, "ce")
+    assert (got["apgd-t"].n_iter, got["apgd-t"].n_target_classes) == (5, 2)
+    assert (got["fab-t"].n_iter, got["fab-t"].targeted, got["fab-t"].n_target_classes) == (5, True, 2)
+    assert (got["square"].n_queries, got["square"].p_init) == (5, 0.8)
+    assert got["apgd-ce"].model is net and got["square"].predict is net
