@@ -40,6 +40,14 @@ def _reuse_actors() -> bool:
     return os.environ.get("SSAT_REUSE_ACTORS", "1") != "0"
 
 
+def _tune_config(spec: Spec, **search):
+    """Every stage's TuneConfig: the spec's concurrency, actors reused; a search's `search_alg`, `scheduler` and
+    `num_samples` in `search`."""
+    from ray import tune
+
+    return tune.TuneConfig(max_concurrent_trials=spec.max_concurrent, reuse_actors=_reuse_actors(), **search)
+
+
 def _trainable(spec: Spec):
     """The trainable of every stage, new or restored: `SweepTrainable` (train_trial with a restore that checks the
     checkpoint in storage first) with the spec's resources."""
@@ -54,9 +62,7 @@ def grid_tuner(spec: Spec, trials: list[Trial], paths, phase: str, uri: str, ext
                parent_run_id: str | None):
     from ray import tune
 
-    return tune.Tuner(_trainable(spec), param_space=grid_space(spec, trials, extra),
-                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent,
-                                                  reuse_actors=_reuse_actors()),
+    return tune.Tuner(_trainable(spec), param_space=grid_space(spec, trials, extra), tune_config=_tune_config(spec),
                       run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(trials),
                                              sum(t.config.optim.epochs for t in trials)))
 
@@ -70,9 +76,7 @@ def continuation_tuner(spec: Spec, short: list[tuple[dict, str]], paths, phase: 
 
     if tune.Tuner.can_restore(str(paths.tune_dir / phase)):
         return tune.Tuner.restore(str(paths.tune_dir / phase), trainable=_trainable(spec), resume_errored=True)
-    return tune.Tuner(_trainable(spec), param_space=continuation_space(short),
-                      tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent,
-                                                  reuse_actors=_reuse_actors()),
+    return tune.Tuner(_trainable(spec), param_space=continuation_space(short), tune_config=_tune_config(spec),
                       run_config=_run_config(spec, paths, phase, uri, max_failures, parent_run_id, len(short),
                                              epochs_left))
 
@@ -110,10 +114,8 @@ def search_tuner(spec: Spec, paths, uri: str, extra: dict, max_failures: int, pa
     # spec's metric is checked against the trainer's metric names before anything starts (sweeps.metrics).
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     return tune.Tuner(_trainable(spec), param_space=param_space,
-                      tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
-                                                  num_samples=s["num_samples"],
-                                                  max_concurrent_trials=spec.max_concurrent,
-                                                  reuse_actors=_reuse_actors()),
+                      tune_config=_tune_config(spec, search_alg=searcher, scheduler=scheduler,
+                                               num_samples=s["num_samples"]),
                       run_config=_run_config(spec, paths, "search", uri, max_failures, parent_run_id,
                                              s["num_samples"], s["num_samples"] * spec.base["optim"]["epochs"],
                                              study=(study_url, spec.name)))
