@@ -358,3 +358,53 @@ def test_an_unusable_checkpoint_is_said_with_or_without_where_it_lies():
     assert gone.text() == "checkpoint_000003 is gone from storage" and not gone.damaged
     assert damaged.text("/s/t/") == damaged.text("/s/t") == "/s/t/checkpoint_000002/state.pt failed its checksum"
     assert damaged.damaged
+
+
+# ---- a trial's process state and what its records read ----------------------------------------------------------
+def test_each_trial_sets_its_own_faults_threads_and_cudnn_autotuning(monkeypatch):
+    import os
+
+    from ssat.config import from_dict
+    from ssat.presets import preset
+    from sweeps.trials.trainable import reset_process_state
+    from sweeps.trials.trial_settings import FAULT_VARS
+
+    cfg = from_dict(preset("mnist5k-ssat-mbi"))
+    before = torch.get_num_threads()
+    var = FAULT_VARS[0]
+    monkeypatch.setenv(var, "left by the trial before")
+    try:
+        assert reset_process_state(cfg.replace(**{"system.threads": None}), {"cpus": 3, var: "raise@2:0"}) == 3
+        assert torch.get_num_threads() == 3 and os.environ[var] == "raise@2:0"
+        assert reset_process_state(cfg.replace(**{"system.threads": 2}), {"cpus": 3}) == 2  # the config's own
+        assert torch.get_num_threads() == 2 and var not in os.environ  # a fault never leaks into the next trial
+        assert reset_process_state(cfg.replace(**{"system.threads": None}), {}) == 1  # no CPU share: one thread
+        torch.backends.cudnn.benchmark = True
+        reset_process_state(cfg.replace(**{"system.cudnn_benchmark": True}), {})
+        assert torch.backends.cudnn.benchmark is torch.cuda.is_available()  # a trial before left it on
+    finally:
+        torch.set_num_threads(before)
+        torch.backends.cudnn.benchmark = False
+
+
+def test_a_trials_gpu_memory_cap_and_the_drivers_version(tmp_path, monkeypatch):
+    from ssat.config import from_dict
+    from ssat.presets import preset
+    from sweeps.trials.trainable import _driver_version, _int, _recovery_keys, Recovery, memory_cap, work_dir
+
+    cfg = from_dict(preset("mnist5k-ssat-mbi"))
+    assert memory_cap(cfg, {"gpu": 0.25}) == 0.25 and memory_cap(cfg, {"gpu": 2}) == 1.0
+    assert memory_cap(cfg, {}) is None and memory_cap(cfg, {"gpu": None}) is None
+    assert memory_cap(cfg.replace(**{"system.cuda_memory_fraction": 0.4}), {"gpu": 0.25}) == 0.4
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert _driver_version() is None  # no nvidia-smi
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 570.86.15\necho 570.86.15\n")
+    smi.chmod(0o755)
+    assert _driver_version() == "570.86.15"  # the first GPU's
+    smi.write_text("#!/bin/sh\nexit 9\n")
+    assert _driver_version() is None
+    assert (_int("7"), _int(None), _int("x"), _int(3.0)) == (7, None, None, 3)
+    assert _recovery_keys(None) == {}
+    assert _recovery_keys(Recovery("r", "c", ["n"])) == {"recovery": "r", "recovery_console": "c"}
+    assert work_dir(SimpleNamespace(trial_working_directory=str(tmp_path))) == tmp_path / "work"
