@@ -200,6 +200,12 @@ def test_a_stop_ends_each_cut_trials_run_killed_with_the_epoch_it_was_in_and_the
 
 
 # ---- how a sweep's run opens and ends, on a real MLflow store (the stages themselves need Ray: integration tier) --
+@pytest.fixture(autouse=True)
+def quick_flush(monkeypatch):
+    """An operation the store refuses is retried until the flush's timeout (60 s): 5 s here."""
+    monkeypatch.setenv("SSAT_TRACKING_FLUSH_S", "5")
+
+
 def opened(store: str, tmp_path, raw: dict | None = None):
     """A sweep's paths, state, spec and tracker with its run opened as the driver opens it."""
     from sweeps.driver.sweep import _open_sweep_run
