@@ -127,6 +127,11 @@ def test_inside_tune_the_first_request_is_forwarded_as_sigusr1_and_a_second_is_n
 def on_a_terminal(body) -> str:
     """What `body()` writes to its terminal, run in a forked child of this process (so the code under test is this
     process's) whose stdout and stderr are one pseudo-terminal, as in an ssh session."""
+    from sweeps.driver import interrupt
+
+    # Here (pytest's output is no terminal) it changes nothing; called so that mutmut, which records what each test
+    # calls in the test's own process, runs this test for the function's mutants too.
+    interrupt._quiet_console()
     main, tty = pty.openpty()
     pid = os.fork()
     if pid == 0:
