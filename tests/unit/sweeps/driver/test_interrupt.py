@@ -129,9 +129,10 @@ def on_a_terminal(body) -> str:
     process's) whose stdout and stderr are one pseudo-terminal, as in an ssh session."""
     from sweeps.driver import interrupt
 
-    # Here (pytest's output is no terminal) it changes nothing; called so that mutmut, which records what each test
-    # calls in the test's own process, runs this test for the function's mutants too.
-    interrupt._quiet_console()
+    # Called here too, where it changes nothing (pytest's captured output is no terminal), so that mutmut, which
+    # records what each test calls in the test's own process, runs this test for the function's mutants.
+    if not (os.isatty(1) or os.isatty(2)):  # `pytest -s` in a terminal: its output would go nowhere
+        interrupt._quiet_console()
     main, tty = pty.openpty()
     pid = os.fork()
     if pid == 0:
