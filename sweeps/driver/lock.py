@@ -36,6 +36,7 @@ from ..errors import SweepError
 LOCK_FILE = "driver.lock"
 HEARTBEAT_S = 10.0
 STALE_AFTER_S = 60.0
+RELEASE_WAIT_S = 5.0  # how long release waits for a heartbeat stuck in a write (a stalled file system)
 
 
 class DriverBusy(SweepError):
@@ -260,7 +261,7 @@ class DriverLock:
     def release(self) -> None:
         with self._mutex:
             self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=RELEASE_WAIT_S)
         with self._mutex, contextlib.suppress(OSError):
             now = read_lock(self.path)
             if now is not None and now.token == self.info.token:

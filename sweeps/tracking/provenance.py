@@ -7,12 +7,14 @@ import subprocess
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+GIT_TIMEOUT_S = 10  # a git that hangs (a stalled network file system) leaves the version unknown, not the sweep stuck
 
 
 def code_version() -> dict:
     def git(*args):
         try:
-            r = subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=10)
+            r = subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True,
+                               timeout=GIT_TIMEOUT_S)
             return r.stdout.strip() if r.returncode == 0 else None
         except (OSError, subprocess.SubprocessError):
             return None

@@ -618,3 +618,29 @@ def test_process_names_with_a_parenthesis_and_leftovers_named_by_their_command(t
         for a in agents:
             a.kill()
             a.wait()
+
+
+def test_release_does_not_wait_for_a_heartbeat_stuck_in_a_write(tmp_path, monkeypatch):
+    """A heartbeat stuck (here in its log line, as on a stalled file system) is left behind after RELEASE_WAIT_S:
+    the lock is removed and the driver exits all the same."""
+    stuck, unblock = threading.Event(), threading.Event()
+
+    def log(line):
+        stuck.set()
+        unblock.wait(20)
+
+    def renew(self):
+        raise OSError("stalled")
+
+    monkeypatch.setattr(DL, "RELEASE_WAIT_S", 0.2)
+    monkeypatch.setattr(DL.DriverLock, "renew", renew)
+    path = tmp_path / DL.LOCK_FILE
+    path.write_bytes(lock_of(os.getpid(), heartbeat=time.time()).to_json())
+    held = DL.DriverLock(path, DL.read_lock(path), log, interval=0.01)
+    try:
+        assert stuck.wait(10)
+        held.release()
+        assert held._thread.is_alive() and not path.exists()  # not waited for: it is still stuck
+    finally:
+        unblock.set()
+        held._thread.join(10)

@@ -37,3 +37,14 @@ def test_what_cannot_be_known_is_none(tmp_path, monkeypatch):
     assert provenance.code_version() == {"git_commit": None, "git_dirty": None, "lock_sha256": None}
     monkeypatch.setenv("PATH", str(tmp_path))  # no git at all
     assert provenance.code_version() == {"git_commit": None, "git_dirty": None, "lock_sha256": None}
+
+
+def test_a_git_that_hangs_leaves_the_version_unknown(tmp_path, monkeypatch):
+    git = tmp_path / "bin" / "git"
+    git.parent.mkdir()
+    git.write_text("#!/bin/sh\nsleep 30\n")
+    git.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{git.parent}:/usr/bin:/bin")
+    monkeypatch.setattr(provenance, "GIT_TIMEOUT_S", 0.3)
+    got = provenance.code_version()
+    assert (got["git_commit"], got["git_dirty"]) == (None, None)
