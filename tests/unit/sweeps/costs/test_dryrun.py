@@ -475,3 +475,24 @@ def test_what_reuse_saves_on_the_paper_on_a_gpu_and_here():
     bare = {"trials": 3, "units": [{**u, "paper_gpu_hours": None, "cpu_seconds": None} for u in units]}
     assert reuse_text(bare, {("b", 0): "s1"}) == ("reuse: 1 of 3 trials have a finished run in the store (1 from "
                                                    "s1) and would not train")  # nothing measured: nothing said saved
+
+
+def test_gpu_hours_eps_and_a_partly_measured_stage_as_they_are_read():
+    from ssat.config import from_dict
+    from ssat.presets import preset
+    from sweeps.costs.dryrun import _eps_fmt, gh, stage_text
+
+    assert [gh(x) for x in (0, 10, 9.999, 0.1, 0.0999, 123.456)] == ["0.0", "10.0", "10.00", "0.10", "0.1",
+                                                                      "123.5"]
+    assert gh(0.0999) == f"{0.0999:.2g}" and gh(0.05) == "0.05"
+    cifar = from_dict(preset("cifar10-ssat-mbi"))  # eps 8/255
+    fmt = _eps_fmt(cifar)
+    assert (fmt(8 / 255), fmt(2 / 255), fmt(8.5 / 255), fmt(0.1 / 255)) == ("8/255", "2/255", "8.5/255", "0.1/255")
+    mnist = from_dict(preset("mnist5k-ssat-mbi"))  # eps 0.3: not k/255
+    assert _eps_fmt(mnist)(0.3) == "0.3" and _eps_fmt(mnist)(0.123456) == "0.1235"
+    assert _eps_fmt(cifar.replace(**{"attack.eps": 8.4 / 255}))(8.4 / 255) == "0.03294"  # 8.4/255 is no k/255
+    st = {"of": 4, "not_measured": 1, "gpu_hours": 2.5, "sources": ["H200 measured 2026-11-28", "paper"],
+          "missing": ["wrn-28-5 evaluation: clean", "wrn-28-5 evaluation: pgd10", "teacher"]}
+    assert stage_text(st, "grid", "H200") == (
+        "2.50 GPU-h for 3 of 4 trial(s) (H200 measured 2026-11-28; paper); not measured on H200: wrn-28-5 "
+        "evaluation: clean, pgd10; teacher (the other 1)")
