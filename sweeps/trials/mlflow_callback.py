@@ -132,14 +132,14 @@ class TrackingCallback(Callback):
         key = rec.key
         if key not in self._seen:
             t = self.tracker
-            tags = {**rec.tags, "ssat.status": "RUNNING"}
+            tags = dict(rec.tags)  # its status: RUNNING by the reopen below
             if self.parent_run_id:
                 tags["mlflow.parentRunId"] = self.parent_run_id
             t.ensure_run(key, tags, rec.params, name=rec.name)
             cfile = Path(self.sweep_dir) / CONFIGS / key / "config.json"
             cfile.parent.mkdir(parents=True, exist_ok=True)
             cfile.write_text(json.dumps(cfg.to_dict(), indent=1))
-            t.log_artifact(key, cfile, None)
+            t.log_artifact(key, cfile)
             t.reopen(key)  # a run that an interrupted driver ended as KILLED continues as this trial
             self._seen.add(key)
         self._changed_tags(key, {"ssat.ray_trial_id": trial.trial_id})

@@ -37,7 +37,7 @@ def _run_config(spec: Spec, paths, phase: str, uri: str, max_failures: int, pare
 def _reuse_actors() -> bool:
     """Reused actors skip a process start and a torch import per trial (benchmarks/sweep_throughput.py
     measures the difference; SSAT_REUSE_ACTORS=0 turns reuse off)."""
-    return os.environ.get("SSAT_REUSE_ACTORS", "1") != "0"
+    return os.environ.get("SSAT_REUSE_ACTORS") != "0"
 
 
 def _tune_config(spec: Spec, **search):

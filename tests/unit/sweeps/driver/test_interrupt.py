@@ -133,15 +133,20 @@ def on_a_terminal(body) -> str:
     # records what each test calls in the test's own process, runs this test for the function's mutants.
     if not (os.isatty(1) or os.isatty(2)):  # `pytest -s` in a terminal: its output would go nowhere
         interrupt._quiet_console()
+        recording = Interrupt()
+        recording.stopping = True  # the handler then only silences a terminal (none here) and returns
+        recording._handler(signal.SIGHUP, None)
     main, tty = pty.openpty()
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
             os.dup2(tty, 1)
             os.dup2(tty, 2)
             body()
+            code = 0
         finally:
-            os._exit(0)
+            os._exit(code)
     os.close(tty)
     out = b""
     try:
@@ -158,7 +163,8 @@ def on_a_terminal(body) -> str:
             out += chunk
     finally:
         os.close(main)
-        os.waitpid(pid, 0)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, f"the child failed: {out.decode()!r}"
     return out.decode()
 
 

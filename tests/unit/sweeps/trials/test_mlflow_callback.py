@@ -86,6 +86,24 @@ def test_a_trials_run_from_start_to_end(store, tmp_path, capsys):
     trial.checkpoint = Checkpoint.from_directory(str(done))
     cb.on_trial_complete(0, [trial], trial)  # completed again (a retried trial): its kept copies are replaced
     assert "[tracking]" not in capsys.readouterr().out
+    again = TrackingCallback(store, "unit", str(sweep), parent)  # a resumed driver's: the trial's folders exist
+    again.on_trial_start(0, [trial], trial)
+    assert "[tracking]" not in capsys.readouterr().out and again._seen == {key} and cb._seen == {key}
+    assert client.get_run(rid).info.status == "RUNNING"  # reopened as this trial goes on
+
+
+def test_two_trials_with_the_same_repro_tags_each_get_them(store, tmp_path):
+    cb = TrackingCallback(store, "unit", str(tmp_path), None)
+    spec = parse_spec({**GRID, "seeds": [3, 4]})
+    settings = grid_space(spec, spec.trials(), {})["trial"]["grid_search"]
+    trials = [SimpleNamespace(config={"trial": s}, trial_id=f"t{i}", last_result={}, checkpoint=None, error_file=None,
+                              path=None) for i, s in enumerate(settings)]
+    for t in trials:
+        cb.on_trial_result(0, trials, t, {"epoch": 1, "repro_json": json.dumps({"graph_mode": "off"})})
+    client = MlflowClient(store)
+    for t in trials:
+        rid = cb.tracker.runs[resolve_trial(t.config)[1]["trial_key"]]
+        assert client.get_run(rid).data.tags["repro.graph_mode"] == "off"
 
 
 def test_without_a_parent_the_run_has_none_and_a_failed_check_of_checkpoints_is_said_in_three_frames(store,
