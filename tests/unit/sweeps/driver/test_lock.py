@@ -293,8 +293,9 @@ def test_stop_signals_only_the_process_the_lock_names(tmp_path, sleeper, capsys)
 def test_sync_is_refused_while_a_driver_lives(tmp_path, sleeper):
     paths, _ = sweep(tmp_path)
     write_lock(paths.sweep_dir, lock_of(sleeper.pid, heartbeat=time.time()))
-    with pytest.raises(DriverBusy, match=f"already has a driver: pid {sleeper.pid}"):
+    with pytest.raises(DriverBusy, match=f"^sweep s already has a driver: pid {sleeper.pid}") as info:
         sync_sweep("s", workdir=tmp_path)
+    assert f"`python -m sweeps status s --workdir {tmp_path}`" in str(info.value)
     assert not list(paths.sweep_dir.glob("tracking_spool*"))
 
 
