@@ -55,6 +55,6 @@ def log_teacher_run(tracker, sweep: str, cfg: Config, made) -> str:
     side = made.path.parent / "provenance.json"
     side.write_text(json.dumps(prov, indent=1, default=str))
     tracker.log_artifact(run.key, side, None)
-    tracker.end(run.key, "FINISHED")
+    tracker.end(run.key)  # FINISHED
     tracker.drain()
     return tracker.find_run(run.key) or ""

@@ -196,3 +196,15 @@ def test_a_stray_file_named_like_a_checkpoint_does_not_stop_the_cleanup(tmp_path
     dropped = disk.drop_torn_checkpoints(tmp_path)
     assert sorted(p.name for p in dropped) == ["checkpoint_000001", "checkpoint_000002"]
     assert not (tmp_path / "trial_a" / "checkpoint_000001").exists()
+
+
+def test_a_stage_folder_removed_while_it_is_sized_keeps_the_last_size(tmp_path, monkeypatch):
+    watch = DiskWatch(tmp_path, tmp_path, tmp_path / "b", 1, print, print)
+    watch.largest = 3 * MB
+
+    def gone(stage_dir):
+        raise FileNotFoundError(stage_dir)  # Tune removed a checkpoint folder meanwhile
+
+    monkeypatch.setattr(disk, "checkpoint_bytes", gone)
+    watch._sized_at = float("-inf")  # due for sizing
+    assert watch.need() == FLOOR + 3 * MB and watch.largest == 3 * MB

@@ -38,20 +38,28 @@ def test_one_teacher_per_split_made_once_and_its_run_in_a_real_store(tmp_path, s
 
     quick = {"teacher.steps": 3, "teacher.eval_every": 2, "teacher.labeled_batch": 16, "teacher.unlabeled_batch": 24}
     a = tiny(**quick)
+    other = a.replace(**{"data.split_seed": 1})  # another split: a teacher of its own
     configs = [a, a.replace(**{"method.beta": 0.5}), a.replace(**{"data.teacher_dir": str(tmp_path / "mine")}),
-               tiny("mnist5k-trades")]
+               tiny("mnist5k-trades"), other]
     tracker = Tracker(store, "s", log=lambda s: None)
     lines: list[str] = []
     runs = teacher_stage(configs, tracker, "s", tmp_path / "teachers", log=lines.append)
-    split = split_for(a)[1].hash
-    assert list(runs) == [split] and not (tmp_path / "mine").exists()
+    split, split2 = split_for(a)[1].hash, split_for(other)[1].hash
+    assert list(runs) == [split, split2] and not (tmp_path / "mine").exists()
     said = [ln for ln in lines if ln.startswith("[teacher] ")]
-    assert len(said) == 1 and said[0].startswith(f"[teacher] mnist5k split {split}: {tmp_path / 'teachers'}/")
-    assert said[0].endswith(" s)")
+    assert len(said) == 2 and said[0].startswith(f"[teacher] mnist5k split {split}: {tmp_path / 'teachers'}/")
+    assert said[0].endswith(" s)") and float(said[0].rsplit("(", 1)[1].removesuffix(" s)")) < 3600
+    assert any(ln.startswith("teacher: stored ") for ln in lines)  # ensure_teacher's own lines, to the same log
     client = MlflowClient(store)
     run = client.get_run(runs[split])
     assert run.info.status == "FINISHED" and run.data.tags["ssat.kind"] == "teacher"
-    prov = json.loads(next((tmp_path / "teachers").rglob("provenance.json")).read_text())
+    assert (run.info.run_name, run.data.tags["ssat.sweep"], run.data.tags["ssat.split_hash"]) == (
+        f"teacher-mnist5k-{split}", "s", split)
+    assert run.data.params["teacher.steps"] == "3"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "teacher/val_acc")] == [0]
+    (side,) = [p for p in (tmp_path / "teachers").rglob("provenance.json") if split in p.parent.name]
+    prov = json.loads(side.read_text())
+    assert side.read_text().startswith('{\n "')  # indented for a person
     assert run.data.metrics["teacher/val_acc"] == prov["val_acc"] and run.data.metrics["teacher/steps"] == 3
     assert any(k.startswith("test/teacher/") for k in run.data.metrics), sorted(run.data.metrics)
     assert any(k.startswith("protocol/") for k in run.data.tags), sorted(run.data.tags)
