@@ -63,7 +63,7 @@ def reset_process_state(cfg: Config, meta: dict) -> int:
 def memory_cap(cfg: Config, meta: dict) -> float | None:
     """The share of the GPU's memory a trial may allocate: system.cuda_memory_fraction, else its GPU share (Ray
     shares the GPU's time, not its memory); None for a trial without a GPU share."""
-    share = meta.get("gpu", 0) or 0
+    share = meta.get("gpu") or 0
     return cfg.system.cuda_memory_fraction or (min(1.0, share) if share else None)
 
 

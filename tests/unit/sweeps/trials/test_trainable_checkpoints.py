@@ -344,6 +344,7 @@ def test_a_verified_last_pt_that_is_no_checkpoint_of_ours_and_tunes_epoch_for_th
     odd = write_checkpoint(trial / "checkpoint_000001", 2)
     save_verified({"weights": torch.ones(2)}, odd / "last.pt")  # intact, but without an epoch
     plan, notes = plan_restore(trial / "checkpoint_000002", None)
+    assert (plan.registered, plan.registered_epoch) == ("checkpoint_000002", None)
     assert plan.unusable[1] == Unusable("checkpoint_000001", "last.pt", "cannot be read")
     assert (plan.use, plan.use_epoch) == ("checkpoint_000000", 1)
     assert len(notes) == 1 and "KeyError: 'epoch'" in notes[0]
