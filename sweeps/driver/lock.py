@@ -234,9 +234,11 @@ class DriverLock:
             if self._stop.is_set():
                 return True
             self.info = dataclasses.replace(self.info, heartbeat=time.time())
-            if _create(self.path, self.info):  # removed by hand: ours again, unless another driver took it
-                return True
             now = read_lock(self.path)
+            if now is None:  # removed by hand: ours again, unless another driver took it meanwhile
+                if _create(self.path, self.info):
+                    return True
+                now = read_lock(self.path)
             if now is not None and now.token != self.info.token:
                 self._stop.set()
                 self.log(f"[driver] driver.lock of this sweep is now held by pid {now.pid} on host {now.host} "
