@@ -230,7 +230,7 @@ def write_part(part: Part, out_dir: Path, tracking_uri: str | None) -> PartOut:
 def paper_place(label: str) -> tuple[int, int]:
     """Where a table or figure stands in the paper: 'Table 5' -> (0, 5), 'Tables 6-7' -> (0, 6), 'Fig. 4' ->
     (1, 4); anything else after them."""
-    m = re.match(r"^(Tables?|Fig\.)\s*(\d+)", label or "")
+    m = re.match(r"^(Tables?|Fig\.)\s*(\d+)", label)
     return (0 if m.group(1).startswith("Table") else 1, int(m.group(2))) if m else (2, 0)
 
 
@@ -248,7 +248,7 @@ def sections(outs: list[PartOut]) -> list[tuple[str, PartOut, list[TableOut], bo
         for j, label in enumerate(labels):
             tables = [t for t in out.tables if (t.paper or _part_label(out)) == label]
             found.append((paper_place(label), i, j, (label, out, tables, j == 0)))
-    return [s for *_, s in sorted(found, key=lambda f: f[:3])]
+    return [s for *_, s in sorted(found)]  # (place, i, j) is unique: the sections themselves are never compared
 
 
 def duration(seconds: float | None) -> str:

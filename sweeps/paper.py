@@ -177,7 +177,7 @@ def finish(parts: list[PaperPart], work: dict, workdir: Path, timings: dict, t0:
     states = {p: SweepState.load(sweep_paths(workdir, n)) for p, n in names.items()}
     uri = next(iter(states.values())).tracking_uri
     t1 = time.perf_counter()
-    if run_autoattack(uri, list(names.values()), *autoattack, workdir, log):  # a rerun that attacks nothing keeps
+    if run_autoattack(uri, list(names.values()), *autoattack, log):  # a rerun that attacks nothing keeps
         timings["autoattack"] = {"wall_s": round(time.perf_counter() - t1, 1)}  # the time of the one that did
         path, _ = _timings(workdir)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from ssat.config import Config, from_dict
 
-from .paths import sweep_paths
 from .trials.progress_callback import duration
 from .tracking.tracker import Tracker
 
@@ -124,8 +123,8 @@ def _results(uri: str, todo: list[Target], images: int, workers: int):
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def run_autoattack(uri: str, experiments: list[str], seeds: tuple[int, ...], images: int, workdir: Path,
-                   log=print, workers: int | None = None) -> int:
+def run_autoattack(uri: str, experiments: list[str], seeds: tuple[int, ...], images: int, log=print,
+                   workers: int | None = None) -> int:
     """AutoAttack on every target of `experiments` (each run once, whichever experiment reaches it) in `workers`
     processes (None: one per core); the number of runs attacked. Progress with the time left after each."""
     from mlflow.tracking import MlflowClient
@@ -140,8 +139,9 @@ def run_autoattack(uri: str, experiments: list[str], seeds: tuple[int, ...], ima
     for i, (t, metrics, tags, lines) in enumerate(_results(uri, todo, images, workers), 1):
         for s in lines:
             log(f"  {t.name}: {s.strip()}")
-        # no spool: a result that cannot be written fails here, and the command run again makes it anew
-        tracker = Tracker(uri, t.sweep, artifact_root=sweep_paths(workdir, t.sweep).artifact_root, log=log)
+        # the run's experiment exists (the target is its run); no spool: a result that cannot be written fails here,
+        # and the command run again makes it anew
+        tracker = Tracker(uri, t.sweep, log=log)
         tracker.log_final(t.key, metrics, tags, t.step)
         if not tracker.flush(timeout=float(os.environ.get("SSAT_TRACKING_FLUSH_S", "60"))):
             raise RuntimeError(f"the AutoAttack result of {t.name} could not be written to {uri}")

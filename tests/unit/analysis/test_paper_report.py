@@ -4,6 +4,7 @@ the index is in the paper's order with every link pointing at a file, and the cl
 the numbers typed here (Welch's p by scipy)."""
 import json
 import re
+from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric, Param
@@ -27,20 +28,26 @@ MAIN = {"SSAT-MBI": {"clean": [91.0, 91.2], "pgd10": [72.0, 72.3], "pgd20": [70.
                 "hours": [0.100, 0.101], "epochs": [70, 70]}}
 
 
-def log_runs(client, experiment, table, values, tmp_path):
-    """The cells `values` (row -> column -> per seed) as finished trial runs of `experiment`, each with three epochs
-    of history that converge."""
-    exp = client.create_experiment(experiment, artifact_location=(tmp_path / experiment).as_uri())
+CONVERGING = ((2.0, 60.0, 30.0), (1.0, 80.0, 55.0), (0.8, 80.5, 55.5))  # per epoch: training loss, val clean, PGD
+
+
+def log_runs(client, experiment, table, values, tmp_path, stage="grid", history=CONVERGING):
+    """The cells `values` (row -> column -> per seed) as finished trial runs of `experiment` in `stage`, each with
+    three epochs of `history`."""
+    found = client.get_experiment_by_name(experiment)
+    exp = found.experiment_id if found else client.create_experiment(
+        experiment, artifact_location=(tmp_path / experiment).as_uri())
     for row, cols in values.items():
-        for seed in range(2):
+        for seed in range(len(next(iter(cols.values())))):
             rec = run("main" if table == "training-time" else table, seed, {c: v[seed] for c, v in cols.items()},
                       **PARAMS[table](row), label=row)
+            rec["meta.stage"] = stage
             tags = {f"ssat.{k[5:]}": str(v) for k, v in rec.items() if k.startswith("meta.") and v is not None}
             tags.update({f"protocol/{k[9:]}": v for k, v in rec.items() if k.startswith("protocol.")})
             rid = client.create_run(exp, tags=tags, run_name=f"{row} s{seed}").info.run_id
             params = [Param(k[6:], str(v)) for k, v in rec.items() if k.startswith("param.") and v is not None]
             metrics = [Metric(k[7:], v, 0, 3) for k, v in rec.items() if k.startswith("metric.")]
-            for step, (loss, clean, pgd) in enumerate(((2.0, 60.0, 30.0), (1.0, 80.0, 55.0), (0.8, 80.5, 55.5)), 1):
+            for step, (loss, clean, pgd) in enumerate(history, 1):
                 metrics += [Metric("train/loss", loss, 0, step), Metric("val/clean", clean, 0, step),
                             Metric("val/pgd10", pgd, 0, step)]
             client.log_batch(rid, metrics=metrics, params=params)
@@ -221,3 +228,64 @@ def test_the_header_adds_the_steps_after_the_sweeps_and_a_reading_part_is_not_un
            "reused 1" in head
     outs[2] = PartOut(Part("fig4", "Fig. 4", ["b"], [], []), None)
     assert "the parts' sweeps 5.0 min (1 part not run in this invocation) · trials" in header_text(outs, "m", "d")
+
+
+GOLDEN = Path(__file__).parents[2] / "data" / "paper-report" / "index.md"
+
+
+def test_the_whole_index_byte_for_byte_written_again_into_a_new_nested_folder(tmp_path):
+    """Every line of a report of six parts, as the file in tests/data (look at it to see the page): Table 4's
+    ablation figure drawn from its own table, with a row of one seed that does not converge and two seeds of a row
+    in another stage (left out of the table and the convergence report), Table 5 read from Table 1's runs, two
+    parts not run, the AutoAttack step's time; the report written a second time into the same folder is the
+    same."""
+    store = sqlite_store(tmp_path)
+    client = MlflowClient(store)
+    log_runs(client, "mini-table2", "ablation", ABLATION, tmp_path)
+    log_runs(client, "mini-table1", "main", MAIN, tmp_path)
+    awr = {k: v for k, v in ABLATION.items() if k.startswith(("none", "Lin."))}
+    log_runs(client, "mini-table4", "awr-ablation", awr, tmp_path)
+    log_runs(client, "mini-table4", "awr-ablation", {"Lin.|int": awr["Lin.|int"]}, tmp_path, stage="search")
+    log_runs(client, "mini-table4", "awr-ablation", {"Cur.|int": {c: v[:1] for c, v in ABLATION["Cur.|int"].items()}},
+             tmp_path, history=((2.0, 60.0, 30.0), (1.9, 61.0, 31.0), (1.9, 61.0, 31.0)))  # one seed, flat
+    parts = [
+        Part("table1", "Table 1: the five methods", ["mini-table1"], ["main"], [], setup="CPU-sized: x",
+             wall_seconds=100.0, trained=4), *PARTS[1:],
+        Part("table4", "Table 4: the AWR ablation", ["mini-table4"], ["awr-ablation"], ["ablation"], stages=("grid",),
+             wall_seconds=30.0, trained=8),
+        Part("table5", "Table 5: training time", ["mini-table1"], ["training-time"], [], reads="table1"),
+        Part("fig5", "Fig. 5: rho", ["mini-fig5"], ["rho-sensitivity"], ["rho"])]
+    out = tmp_path / "deep" / "er"
+    index = write_report(parts, out, store, "m (2 cores)", "2026-11-30", {"AutoAttack": 90.0})
+    text = index.read_text().replace(str(tmp_path), "<tmp>")
+    assert (out / "table4" / "ablation.png").stat().st_size > 0
+    if not GOLDEN.exists() or GOLDEN.read_text() != text:  # the file to look at when it differs
+        (tmp_path / "index.md").write_text(text)
+    assert text == GOLDEN.read_text(), f"the index differs from {GOLDEN}: see {tmp_path / 'index.md'}"
+    again = write_report(parts, out, store, "m (2 cores)", "2026-11-30", {"AutoAttack": 90.0})
+    assert again.read_text().replace(str(tmp_path), "<tmp>") == text
+
+
+def test_finished_trials_figure_options_and_a_part_placed_by_its_first_table():
+    import pandas as pd
+
+    from analysis.paper_report import _figure_options, _finished_trials, header_text
+
+    frame = pd.DataFrame({"meta.status": ["FINISHED", "FINISHED", "RUNNING", "FINISHED"],
+                          "meta.kind": ["trial", None, "trial", "sweep"]})
+    assert _finished_trials(frame) == 2  # a run without a kind is a trial; a sweep's own run is not
+    assert _finished_trials(frame.drop(columns="meta.kind")) == 3
+    assert [_finished_trials(f) for f in (frame.drop(columns="meta.status"), frame.iloc[:0])] == [0, 0]
+    table4 = Part("table4", "T4", [], ["awr-ablation"], ["ablation"], stages=("grid",))
+    assert _figure_options(table4, "ablation") == {"allow_subset": True, "stages": ("grid",), "table": "awr-ablation"}
+    both = Part("x", "X", [], ["ablation", "awr-ablation"], ["ablation"])
+    assert _figure_options(both, "ablation") == {"allow_subset": True, "stages": None}
+    assert _figure_options(table4, "beta") == {"allow_subset": True, "stages": ("grid",)}
+    assert _figure_options(table4, "curves") == {"stages": ("grid",)}
+    # a part is placed by its first table's place in the paper, whatever its name
+    outs = [PartOut(Part("late", "Late", [], ["rho-sensitivity"], []), None, [TableOut("rho-sensitivity")]),
+            PartOut(Part("mine", "Mine", [], ["main"], []), None, [TableOut("main")])]
+    assert [(label, o.part.name) for label, o, _, _ in sections(outs)] == [("Table 1", "mine"), ("Fig. 5", "late")]
+    for o in outs:
+        o.not_run = "gone"
+    assert "Parts with runs: none; not run: late, mine." in header_text(outs, "m", "d")

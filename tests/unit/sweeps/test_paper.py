@@ -177,9 +177,9 @@ def test_finish_attacks_every_parts_sweep_once_then_writes_the_report_with_the_a
     monkeypatch.setattr(paper_report, "write_report", lambda *a: reported.append(a) or tmp_path / "index.md")
     timings, lines = {}, []
     assert finish(parts, work, tmp_path, timings, time.perf_counter(), ((0, 1), 50), lines.append) == 0
-    (uri, experiments, seeds, images, workdir, _), = attacked_with
-    assert (uri, experiments, seeds, images, workdir) == (
-        "sqlite:///x.db", ["mnist5k-paper-table1", "mnist5k-paper-fig4"], (0, 1), 50, tmp_path)
+    (uri, experiments, seeds, images, _), = attacked_with
+    assert (uri, experiments, seeds, images) == (
+        "sqlite:///x.db", ["mnist5k-paper-table1", "mnist5k-paper-fig4"], (0, 1), 50)
     (report, out, uri2, _, date, steps), = reported
     assert [p.name for p in report] == ["table1", "table5", "fig4"] and out == tmp_path / "outputs" / "paper"
     assert uri2 == "sqlite:///x.db" and date == time.strftime("%Y-%m-%d")

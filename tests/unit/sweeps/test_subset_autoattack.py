@@ -5,6 +5,7 @@ and in worker processes, and a rerun attacking nothing."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -100,13 +101,26 @@ def test_a_targets_config_is_its_own_with_autoattack_on_the_first_n_images(tmp_p
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_every_target_gets_its_result_at_its_last_epoch_once(tmp_path, workers):
+def test_every_target_gets_its_result_at_its_last_epoch_once(tmp_path, workers, monkeypatch):
+    """One worker: the attacks run here, on every core; more: in spawned processes, which import this module anew
+    (a forked one would inherit the attack watched here, which writes down its process and threads)."""
+    import sweeps.subset_autoattack as subset
+
+    seen = tmp_path / "attacked-here"
+    real = subset.attack
+
+    def attack(client, target, images, log=print, n_threads=None):
+        with seen.open("a") as f:
+            f.write(f"{os.getpid()} {n_threads}\n")
+        return real(client, target, images, log=log, n_threads=n_threads)
+
+    monkeypatch.setattr(subset, "attack", attack)
     s = Store(tmp_path)
     a0 = s.with_checkpoint(s.trial("a", "A s0", 0))
     b1 = s.with_checkpoint(s.trial("b", "B s1", 1, metrics={"time/epochs": 7}))
     s.trial("b", "B s0", 0, **{"ssat.reuses": a0})
     lines: list[str] = []
-    assert run_autoattack(s.uri, ["a", "b"], (0, 1), IMAGES, tmp_path, log=lines.append, workers=workers) == 2
+    assert run_autoattack(s.uri, ["a", "b"], (0, 1), IMAGES, log=lines.append, workers=workers) == 2
     assert lines[0] == (f"[autoattack] 2 run(s) without AutoAttack: seeds 0, 1, best checkpoint, the first {IMAGES} "
                         f"test images, {workers} at a time")
     results = {}
@@ -121,8 +135,10 @@ def test_every_target_gets_its_result_at_its_last_epoch_once(tmp_path, workers):
     done = [ln for ln in lines if ln.startswith("[autoattack] ") and "%" in ln]
     assert len(done) == 2 and done[0].endswith("left)") and done[1].endswith("(2/2)")
     assert {n: f"{v:.2f}%" in "".join(done) for n, v in results.items()} == {"A s0": True, "B s1": True}
+    assert (seen.read_text().splitlines() if seen.exists() else []) == (
+        [f"{os.getpid()} None"] * 2 if workers == 1 else [])
     again: list[str] = []
-    assert run_autoattack(s.uri, ["a", "b"], (0, 1), IMAGES, tmp_path, log=again.append, workers=workers) == 0
+    assert run_autoattack(s.uri, ["a", "b"], (0, 1), IMAGES, log=again.append, workers=workers) == 0
     assert again == ["[autoattack] 0 run(s) without AutoAttack: seeds 0, 1, best checkpoint, the first 4 test images"]
     assert len(s.client.get_metric_history(a0, "test/best/autoattack")) == 1
 
@@ -141,16 +157,23 @@ def test_each_result_is_written_into_its_run_and_the_time_left_is_the_mean_so_fa
         s.trial("a", f"A{i}", 0, metrics={"time/epochs": 4})
     clock = iter([100.0, 110.0, 130.0, 160.0])
     monkeypatch.setattr(subset, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
-    order = []
+    order, asked, flushed = [], [], []
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
+    monkeypatch.setenv("SSAT_TRACKING_FLUSH_S", "7.5")
+    real_flush = Tracker.flush
+    monkeypatch.setattr(Tracker, "flush", lambda self, timeout: flushed.append(timeout) or real_flush(self, timeout))
 
     def results(uri, todo, images, workers):
+        asked.append(workers)
         for i, t in enumerate(todo, 1):
             order.append(t)
             yield t, {"test/best/autoattack": 10.0 * i}, {"protocol/best/autoattack": f'{{"n": {images}}}'}, [" x "]
 
     monkeypatch.setattr(subset, "_results", results)
     lines = []
-    assert run_autoattack(s.uri, ["a"], (0,), IMAGES, tmp_path, log=lines.append, workers=1) == 3
+    assert run_autoattack(s.uri, ["a"], (0,), IMAGES, log=lines.append, workers=1) == 3
+    assert asked == [1] and flushed == [7.5] * 3
+    assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "false"  # no download bars between the lines
     names = [t.name for t in order]
     assert [ln for ln in lines if ln.startswith("[autoattack] A")] == [
         f"[autoattack] {names[0]}: 10.00% (1/3, about 20 s left)",   # 10 s so far, 10 s a run, 2 runs left
@@ -161,9 +184,92 @@ def test_each_result_is_written_into_its_run_and_the_time_left_is_the_mean_so_fa
         assert [(m.step, m.value) for m in s.client.get_metric_history(t.run_id, "test/best/autoattack")] == [
             (4, 10.0 * i)]
         assert s.client.get_run(t.run_id).data.tags["protocol/best/autoattack"] == f'{{"n": {IMAGES}}}'
-    s.trial("a", "A3", 0)
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "true")  # the user's own setting is kept
+    monkeypatch.delenv("SSAT_TRACKING_FLUSH_S")
+    monkeypatch.setattr(subset, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+    for workers, expect, new_runs in ((None, min(os.cpu_count(), 2), ("A3", "A4")), (5, 2, ("A5", "A6"))):
+        for name in new_runs:  # never more workers than runs; none asked for: one a core
+            s.trial("a", name, 0)
+        asked.clear(), lines.clear(), flushed.clear()
+        assert run_autoattack(s.uri, ["a"], (0,), IMAGES, log=lines.append, workers=workers) == 2
+        assert asked == [expect] and lines[0].endswith(f", {expect} at a time") and flushed == [60.0] * 2
+        assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "true"
+    s.trial("a", "A7", 0)
     monkeypatch.setattr(Tracker, "flush", lambda self, timeout: False)
     monkeypatch.setattr(subset, "time", SimpleNamespace(perf_counter=lambda: 0.0))
     with pytest.raises(RuntimeError) as e:
-        run_autoattack(s.uri, ["a"], (0,), IMAGES, tmp_path, log=lines.append, workers=1)
-    assert str(e.value) == f"the AutoAttack result of A3 could not be written to {s.uri}"
+        run_autoattack(s.uri, ["a"], (0,), IMAGES, log=lines.append, workers=1)
+    assert str(e.value) == f"the AutoAttack result of A7 could not be written to {s.uri}"
+
+
+@pytest.mark.parametrize("n_threads", [1, None])
+def test_one_checkpoint_is_attacked_in_channels_last_on_the_threads_asked_for_with_its_own_eps_and_fold_bn(
+        tmp_path, monkeypatch, n_threads):
+    """The real attack, watched from inside: what ssat.evaluate.evaluate_model is handed and the torch threads it
+    runs on (None: every core); the batch size and image count are the caller's config's, eps and fold_bn the
+    checkpoint's."""
+    import ssat.evaluate
+    from sweeps.subset_autoattack import autoattack_checkpoint
+
+    s = Store(tmp_path)
+    run = s.with_checkpoint(s.trial("a", "A s0", 0))
+    seen = {}
+    real = ssat.evaluate.evaluate_model
+
+    def evaluate_model(model, x, y, **kw):
+        seen.update(kw, threads=torch.get_num_threads(), n=len(x),
+                    model_cl=all(p.is_contiguous(memory_format=torch.channels_last) for p in model.parameters()
+                                 if p.dim() == 4),
+                    x_cl=x.is_contiguous(memory_format=torch.channels_last))
+        return real(model, x, y, **kw)
+
+    monkeypatch.setattr(ssat.evaluate, "evaluate_model", evaluate_model)
+    cfg = from_dict(preset("mnist5k-ssat-mbi"), {"eval.batch_size": 3, "eval.autoattack_n": IMAGES, "attack.eps": 0.1,
+                                                 "system.fold_bn": "off"})
+    before = torch.get_num_threads()
+    lines = []
+    metrics, tags = autoattack_checkpoint(tmp_path / run / "checkpoints" / "best.pt", "best", cfg, lines.append,
+                                          n_threads=n_threads)
+    assert torch.get_num_threads() == before
+    log = seen.pop("log")
+    assert seen == {"eps": 0.3, "checkpoint": "best", "pgd_steps": (), "autoattack": True, "batch_size": 3,
+                    "subset": f"first{IMAGES}", "fold_bn": "auto", "threads": n_threads or os.cpu_count(),
+                    "n": IMAGES, "model_cl": True, "x_cl": True}
+    assert log == lines.append and lines
+    assert set(metrics) >= {"test/best/autoattack"} and json.loads(tags["protocol/best/autoattack"])["n"] == IMAGES
+
+
+def test_a_target_is_attacked_on_its_downloaded_best_checkpoint_in_a_folder_removed_afterwards(tmp_path,
+                                                                                                monkeypatch):
+    import sweeps.subset_autoattack as subset
+
+    s = Store(tmp_path)
+    run = s.with_checkpoint(s.trial("a", "A s0", 0))
+    calls = []
+
+    def autoattack_checkpoint(checkpoint_file, ckpt, cfg, log, n_threads=None):
+        calls.append((Path(checkpoint_file), ckpt, cfg.eval.autoattack_n, log, n_threads,
+                      Path(checkpoint_file).read_bytes(), sorted(p.name for p in Path(checkpoint_file).parent.parent
+                                                                 .iterdir())))
+        return {"test/best/autoattack": 1.0}, {}
+
+    monkeypatch.setattr(subset, "autoattack_checkpoint", autoattack_checkpoint)
+    target = targets(s.client, "a", (0,))[0]
+    assert subset.attack(s.client, target, 9, log=print, n_threads=3) == ({"test/best/autoattack": 1.0}, {})
+    (path, ckpt, n, log, n_threads, data, folder), = calls
+    assert (path.name, path.parent.name, ckpt, n, log, n_threads) == ("best.pt", "checkpoints", "best", 9, print, 3)
+    assert path.parent.parent.name.startswith("ssat-aa-") and folder == ["checkpoints", "config.json"]
+    assert data == (tmp_path / run / "checkpoints" / "best.pt").read_bytes()
+    assert not path.parent.parent.exists()
+    # in a worker: one thread unless told, the attack's lines collected
+    monkeypatch.setattr(subset, "attack", lambda client, t, images, log, n_threads: (
+        log(f"{client.tracking_uri} {t.name} {images}"), ({"m": n_threads}, {"t": "x"}))[1])
+    assert subset._attack_in_worker(s.uri, target, 5) == ({"m": 1}, {"t": "x"}, [f"{s.uri} A s0 5"])
+    assert subset._attack_in_worker(s.uri, target, 5, n_threads=None)[0] == {"m": None}
+
+
+def test_a_targets_config_lands_in_the_folder_given(tmp_path):
+    s = Store(tmp_path)
+    run = s.with_checkpoint(s.trial("a", "A s0", 0))
+    _config(s.client, run, 13, str(tmp_path / "dl"))
+    assert (tmp_path / "dl" / "config.json").read_text() == (tmp_path / run / "config.json").read_text()
