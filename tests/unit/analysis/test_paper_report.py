@@ -223,9 +223,10 @@ def test_the_header_adds_the_steps_after_the_sweeps_and_a_reading_part_is_not_un
     outs = [PartOut(Part("table1", "Table 1", ["a"], [], [], wall_seconds=300.0, trained=4), None),
             PartOut(Part("table5", "Table 5", ["a"], [], [], reads="table1"), None),
             PartOut(Part("fig4", "Fig. 4", ["b"], [], [], wall_seconds=60.0, trained=2, reused=1), None)]
-    head = header_text(outs, "m", "d", {"AutoAttack": 150.0})
-    assert "Machine: m · date: d · wall time: the parts' sweeps 6.0 min, AutoAttack 2.5 min · trials trained 6, " \
-           "reused 1" in head
+    head = header_text(outs, "m", "d", {"AutoAttack": 150.0, "the report": 4.0})
+    assert "Machine: m · date: d · wall time: the parts' sweeps 6.0 min, AutoAttack 2.5 min, the report 4 s · " \
+           "trials trained 6, reused 1" in head
+    assert "Parts with runs: table1, table5, fig4; not run: none. Claims: 0 verdicts: " in head
     outs[2] = PartOut(Part("fig4", "Fig. 4", ["b"], [], []), None)
     assert "the parts' sweeps 5.0 min (1 part not run in this invocation) · trials" in header_text(outs, "m", "d")
 
@@ -289,3 +290,13 @@ def test_finished_trials_figure_options_and_a_part_placed_by_its_first_table():
     for o in outs:
         o.not_run = "gone"
     assert "Parts with runs: none; not run: late, mine." in header_text(outs, "m", "d")
+
+
+def test_a_section_names_every_sweep_of_its_part(tmp_path):
+    from analysis.paper_report import section_text
+
+    out = PartOut(Part("x", "X", ["a", "b"], [], [], wall_seconds=5.0), tmp_path / "x")
+    assert section_text("Table 1", out, [], True, tmp_path) == (
+        "## X\n\nSweep: `a`, `b` · wall time 5 s · trials trained 0, reused 0\n\n")
+    out.part.experiments = []
+    assert "Sweep: - · wall time" in section_text("Table 1", out, [], True, tmp_path)

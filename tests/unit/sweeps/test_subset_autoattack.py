@@ -194,12 +194,25 @@ def test_each_result_is_written_into_its_run_and_the_time_left_is_the_mean_so_fa
         assert run_autoattack(s.uri, ["a"], (0,), IMAGES, log=lines.append, workers=workers) == 2
         assert asked == [expect] and lines[0].endswith(f", {expect} at a time") and flushed == [60.0] * 2
         assert os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] == "true"
-    s.trial("a", "A7", 0)
-    monkeypatch.setattr(Tracker, "flush", lambda self, timeout: False)
-    monkeypatch.setattr(subset, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+    s.trial("a", "A7", 0), s.trial("a", "A7b", 0)
+    with monkeypatch.context() as m:  # a machine that cannot tell its cores: one at a time
+        m.setattr(os, "cpu_count", lambda: None)
+        asked.clear(), lines.clear()
+        assert run_autoattack(s.uri, ["a"], (0,), IMAGES, log=lines.append) == 2 and asked == [1]
+    s.trial("a", "A8", 0)
+    from sweeps.tracking.run_store import RunStore
+
+    def down(self, op):
+        raise ConnectionError("store down")
+
+    monkeypatch.setattr(RunStore, "apply", down)  # the store goes away after the targets were read
+    monkeypatch.setenv("SSAT_TRACKING_FLUSH_S", "0")
+    lines.clear()
     with pytest.raises(RuntimeError) as e:
         run_autoattack(s.uri, ["a"], (0,), IMAGES, log=lines.append, workers=1)
-    assert str(e.value) == f"the AutoAttack result of A7 could not be written to {s.uri}"
+    assert str(e.value) == f"the AutoAttack result of A8 could not be written to {s.uri}"
+    assert f"[tracking] {s.uri} unavailable (ConnectionError: store down); 1 operation(s) kept and retried; " \
+           "training goes on" in lines  # the tracker's own lines are the command's
 
 
 @pytest.mark.parametrize("n_threads", [1, None])
