@@ -31,7 +31,7 @@ from typing import Iterable
 import pandas as pd
 
 from .legacy import current_param_names
-from .record import FINAL_PREFIXES, HISTORY_PREFIXES, with_pg_driver
+from .record import FINAL_PREFIXES, HISTORY_PREFIXES, search_all, with_pg_driver
 
 _MISSING_TEXT = {"None", "none", "null", "NaN", "nan", ""}
 _INT_TEXT = re.compile(r"^-?\d+$")
@@ -197,16 +197,6 @@ def _experiment_id(client, name: str) -> str:
     return exp.experiment_id
 
 
-def _search_all(client, experiment_id: str) -> list:
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
-
-
 def _mlflow_record(run, experiment: str) -> dict:
     tags = run.data.tags
     rec = {"run_id": run.info.run_id, "experiment": experiment, "source": "mlflow",
@@ -250,7 +240,7 @@ def load_mlflow_runs(experiments: Iterable[str], tracking_uri: str | None = None
     records = []
     for name in experiments:
         records += [followed(client, _mlflow_record(r, name))
-                    for r in _search_all(client, _experiment_id(client, name))]
+                    for r in search_all(client, [_experiment_id(client, name)])]
     return runs_frame(records)
 
 

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.record import search_all
 from ssat.config import Config, parse_overrides
 from ssat.datasets import DATASET_INFO
 
@@ -57,7 +58,7 @@ def autoattack_best(name: str, paths, uri: str, cfg: Config, log=print) -> None:
 
     e = cfg.eval
     tracker = paths.tracker(uri, log)
-    runs = tracker.client.search_runs([tracker.experiment_id], TRIALS.format(stage="demo"), max_results=5000)
+    runs = search_all(tracker.client, [tracker.experiment_id], TRIALS.format(stage="demo"))
     row, mean = best_row(runs)
     trials = sorted((r for r in runs if r.data.tags.get("ssat.row") == row and
                      (e.autoattack_seeds is None or int(r.data.tags["ssat.seed"]) in e.autoattack_seeds)),

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.record import search_all
 from ssat.config import Config, from_dict
 
 from .trials.progress_callback import duration
@@ -40,8 +41,7 @@ def targets(client, experiment: str, seeds: tuple[int, ...]) -> list[Target]:
     if exp is None:
         return []
     out = []
-    for r in client.search_runs([exp.experiment_id], "tags.`ssat.kind` = 'trial' and attributes.status = 'FINISHED'",
-                                max_results=5000):
+    for r in search_all(client, [exp.experiment_id], "tags.`ssat.kind` = 'trial' and attributes.status = 'FINISHED'"):
         original = client.get_run(r.data.tags["ssat.reuses"]) if "ssat.reuses" in r.data.tags else r
         tags, metrics = original.data.tags, original.data.metrics
         seed = int(tags["ssat.seed"]) if "ssat.seed" in tags else None  # a run with no seed is no row's

@@ -7,6 +7,8 @@ import signal
 import time
 from pathlib import Path
 
+from analysis.record import search_all
+
 from .sweep import SweepState, resume_command
 from .lock import Host, hold, inspect, leftover_ray_processes, proc_start_ticks, signal_holder
 from ..paths import Paths, sweep_paths
@@ -47,7 +49,7 @@ def sweep_status(name: str, *, workdir: str | Path = ".") -> str:
         spec.search["confirm"]["top_k"] * len(spec.search["confirm"]["seeds"]))
     client = MlflowClient(state.tracking_uri)
     exp = client.get_experiment_by_name(spec.name)
-    runs = client.search_runs([exp.experiment_id], "tags.`ssat.kind` = 'trial'", max_results=5000) if exp else []
+    runs = search_all(client, [exp.experiment_id], "tags.`ssat.kind` = 'trial'") if exp else []
     by: dict[str, int] = {}
     for r in runs:
         s = r.data.tags.get("ssat.status", r.info.status).split(":")[0]

@@ -21,6 +21,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from analysis.record import search_all
+
 CODE_KEYS = (("git_commit", "the git commit"), ("git_dirty", "uncommitted changes"), ("lock_sha256", "the lock file"))
 
 
@@ -41,15 +43,7 @@ def _trial_runs(client, exclude_experiment: str | None) -> dict[tuple[str, str],
     out: dict[tuple[str, str], list] = {}
     if not ids:
         return out
-    runs, token = [], None
-    while True:
-        page = client.search_runs(ids, "tags.`ssat.kind` = 'trial' and attributes.status = 'FINISHED'",
-                                  max_results=1000, page_token=token)
-        runs += page
-        token = page.token
-        if not token:
-            break
-    for r in runs:
+    for r in search_all(client, ids, "tags.`ssat.kind` = 'trial' and attributes.status = 'FINISHED'"):
         tags = r.data.tags
         if "ssat.reuses" not in tags and tags.get("ssat.config_hash"):
             out.setdefault((tags["ssat.config_hash"], str(tags.get("ssat.seed"))), []).append(r)

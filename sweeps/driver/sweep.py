@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from analysis.record import search_all
+
 
 from .lock import (DriverBusy, DriverLock, LockInfo, busy_message, hold, inspect)
 from .disk import CAUSE as DISK_FULL, DiskFull, DiskWatch, check_free, disk_guard, drop_torn_checkpoints
@@ -339,8 +341,7 @@ def _end_left_running(tracker: Tracker, parent: str, tags_status: str, log: Log)
     """The last guard: every run of the sweep's experiment still RUNNING (but its own run, ended apart) ends
     KILLED with the reason. Runs already ended keep their end (`Tracker.kill` only ends a RUNNING run)."""
     try:
-        running = tracker.client.search_runs([tracker.experiment_id], "attributes.status = 'RUNNING'",
-                                             max_results=5000)
+        running = search_all(tracker.client, [tracker.experiment_id], "attributes.status = 'RUNNING'")
     except Exception as exc:  # the store is away: its runs are ended when it is back and the sweep resumes
         log(f"[tracking] could not look for runs left RUNNING ({type(exc).__name__})")
         return
