@@ -55,7 +55,7 @@ def why_not(client, run) -> str | None:
     data = run.data
     if data.tags.get("ssat.status") != "FINISHED":
         return f"its status is {data.tags.get('ssat.status', 'unknown')!r}"
-    epochs = int(float(data.params.get("optim.epochs", 0) or 0))
+    epochs = int(float(data.params.get("optim.epochs") or 0))
     if not epochs or data.metrics.get("time/epochs", 0) < epochs:
         return f"it recorded {data.metrics.get('time/epochs', 0):g} of {epochs} epochs"
     tests = [k for k in data.metrics if k.startswith("test/")]
