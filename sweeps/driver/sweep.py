@@ -25,7 +25,6 @@ from typing import Callable
 
 from analysis.record import search_all
 
-
 from .lock import (DriverBusy, DriverLock, LockInfo, busy_message, hold, inspect)
 from .disk import CAUSE as DISK_FULL, DiskFull, DiskWatch, check_free, disk_guard, drop_torn_checkpoints
 from ..errors import SweepError

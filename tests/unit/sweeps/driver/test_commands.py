@@ -308,6 +308,9 @@ def test_status_counts_a_searchs_trials_and_tabulates_every_stage(tmp_path, stor
         run = c.create_run(exp, run_name=name, tags=tags)
         if pgd is not None:
             c.log_metric(run.info.run_id, "val/pgd10", pgd)
+    for kind in ("sweep", "teacher"):  # the sweep's own run and its teacher's: no trials, not counted
+        c.log_metric(c.create_run(exp, run_name=kind, tags={"ssat.kind": kind, "ssat.status": "FINISHED"}).info.run_id,
+                     "val/pgd10", 1.0)
     monkeypatch.chdir(tmp_path)
     lines = sweep_status("s").splitlines()  # the work folder by default: here
     head, by = lines[2].split(": ", 1)
